@@ -1,0 +1,5 @@
+import sys
+
+from torchkiln.cli import main
+
+sys.exit(main())

@@ -1,0 +1,93 @@
+"""The ``kiln`` command line: argument parsing, the one error boundary, output.
+
+Commands live in one module each (``torchkiln/cli/<command>.py``) and register themselves on
+``app``; the modules are listed in ``COMMAND_MODULES``. Library code raises ``KilnError``
+subclasses and never prints; ``main`` turns them into a message, a hint and an exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Annotated
+
+import click
+import typer
+
+from torchkiln import __version__
+from torchkiln.cli._common import err_console, state
+from torchkiln.errors import ExitCode, KilnError
+
+app = typer.Typer(
+    name="kiln",
+    help="Build production PyTorch + CUDA container images from one declarative spec (kiln.toml).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"torchkiln {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and echo every subprocess.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    state.debug = debug
+
+
+# Each module registers its command(s) on ``app`` when imported.
+COMMAND_MODULES = (
+    "init",
+    "resolve",
+    "render",
+    "explain",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"torchkiln.cli.{_name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kiln`` script; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    wants_json = "--json" in args
+    try:
+        rv = app(args=args, prog_name="kiln", standalone_mode=False)
+    except KilnError as e:
+        if debug:
+            err_console.print_exception()
+        _report(e, wants_json)
+        return int(e.exit_code)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("[red]aborted[/red]")
+        return int(ExitCode.INTERRUPTED)
+    except click.ClickException as e:
+        e.show()
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("[red]interrupted[/red]")
+        return int(ExitCode.INTERRUPTED)
+    return int(rv) if isinstance(rv, int) else 0
+
+
+def _report(e: KilnError, wants_json: bool) -> None:
+    if wants_json:
+        print(json.dumps(e.to_dict(), indent=2))
+    err_console.print(f"[bold red]error:[/bold red] {e.message}", highlight=False, soft_wrap=True)
+    if e.details:
+        err_console.print(e.details, highlight=False, markup=False, soft_wrap=True)
+    if e.hint:
+        err_console.print(f"[bold]fix:[/bold] {e.hint}", highlight=False, soft_wrap=True)
