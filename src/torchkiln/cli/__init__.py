@@ -12,8 +12,8 @@ import json
 import sys
 from typing import Annotated
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from torchkiln import __version__
 from torchkiln.cli._common import err_console, state
@@ -69,13 +69,17 @@ def main(argv: list[str] | None = None) -> int:
             err_console.print_exception()
         _report(e, wants_json)
         return int(e.exit_code)
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return int(e.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         err_console.print("[red]aborted[/red]")
         return int(ExitCode.INTERRUPTED)
-    except click.ClickException as e:
-        e.show()
+    except TyperException as e:  # usage errors: typer prints its own message and usage line
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        else:
+            err_console.print(f"error: {e.format_message()}")
         return int(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/red]")

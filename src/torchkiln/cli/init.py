@@ -1,0 +1,73 @@
+"""`kiln init`: write a commented starter kiln.toml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from torchkiln.cli import app
+from torchkiln.cli._common import console
+from torchkiln.errors import KilnError
+
+STARTER = '''\
+# kiln.toml — the one spec torchkiln builds an image from. Every key is optional unless marked.
+# `kiln resolve` checks it, `kiln explain` says why each choice was made, `kiln render` writes
+# the Dockerfile, `kiln build` builds it.
+
+[image]
+name = "{name}"                # required: the image name (lowercase)
+tag = "latest"
+
+[python]
+version = "3.11"               # a Python minor version torch ships wheels for
+
+[torch]
+version = ">=2.5"              # an exact version ("2.5.1") or a PEP 440 specifier; empty = newest known
+cuda = "auto"                  # a CUDA variant ("12.4", "cu124"), "auto" (best for targets/driver), or "cpu"
+packages = ["torchvision"]     # companions (torchvision, torchaudio), versions matched to torch
+
+[gpu]
+targets = ["A100", "H100"]     # GPU names or compute capabilities ("8.0"); `kiln explain --gpus` lists names
+# min_driver = "535.104"       # the oldest NVIDIA driver the image must still run on
+ptx = true                     # keep PTX of the newest target for forward compatibility
+
+[packages]
+pip = []                       # e.g. ["transformers>=4.40"]; cannot replace torch (constraints file)
+apt = []                       # Debian/Ubuntu packages for the runtime image, e.g. ["libgl1"]
+
+# [[extensions]]               # compiled against the installed torch, after it
+# name = "flash-attn"
+# version = "2.7.4.post1"
+
+[app]
+copy = []                      # paths next to this file copied into workdir, last (cache-friendly)
+workdir = "/workspace"
+command = ["python"]
+user = "kiln"                  # the runtime user; non-root by default ("root" to opt out)
+
+[base]
+image = ""                     # override the base image, e.g. a local one for air-gapped builds
+python = "image"               # "image": the base has python<version>; "apt": install it with apt
+
+[sources]                      # where packages come from at build time; never stored in the image
+# index_url = "https://pypi.example.internal/simple"
+# find_links = ["wheels"]
+# torch_index = "https://torch-mirror.example.internal/whl/{{variant}}"
+network = "default"            # "host" to build with host networking
+'''
+
+
+@app.command("init")
+def init_cmd(
+    path: Annotated[Path, typer.Argument(help="Where to write the spec.")] = Path("kiln.toml"),
+    name: Annotated[str, typer.Option("--name", help="Image name to put in the spec.")] = "acme/trainer",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented starter kiln.toml."""
+    target = path / "kiln.toml" if path.is_dir() else path
+    if target.exists() and not force:
+        raise KilnError(f"{target} already exists.", hint="Use --force to overwrite it, or give another path.")
+    target.write_text(STARTER.format(name=name), encoding="utf-8")
+    console.print(f"wrote {target}; check it with: kiln resolve {target}")

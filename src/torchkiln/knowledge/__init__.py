@@ -1,0 +1,255 @@
+"""The knowledge base: facts about torch wheels, CUDA, drivers, GPUs, NGC and extensions.
+
+The facts are data (``*.toml`` beside this module, every row citing a key of ``sources.toml``);
+this module only loads them into frozen dataclasses and answers look-ups. No decisions here:
+those are the resolver's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import tomllib
+from packaging.version import Version
+
+from torchkiln.arch import ArchEntry, Capability, parse_arch_list
+from torchkiln.errors import ResolveError
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    series: str  # "2.5"
+    patches: tuple[str, ...]
+    python: tuple[str, ...]
+    python_experimental: tuple[str, ...]
+    default_cuda: str
+    variants: tuple[str, ...]
+    variants_experimental: tuple[str, ...]
+    torchvision: dict[str, str]
+    source: str
+
+
+@dataclass(frozen=True)
+class ArchRow:
+    series: str
+    cuda: str
+    arch_list: str
+    entries: tuple[ArchEntry, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str  # canonical (first) name
+    capability: Capability
+    family: str
+    platform: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Extension:
+    name: str
+    import_name: str
+    min_capability: Capability
+    torch: str
+    min_cuda: str
+    arch_env: str
+    arch_format: str
+    env: dict[str, str]
+    no_build_isolation: bool
+    distribution: str
+    memory_per_job_gib: int
+    notes: str
+    source: str
+    arch_min_cuda: dict[str, str] = field(default_factory=dict)
+    pairs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NgcRelease:
+    ngc: str
+    cuda: str
+    torch: str
+    python: str
+    ubuntu: str
+    constraints: bool
+    source: str
+
+
+def _norm(name: str) -> str:
+    n = name.lower()
+    n = re.sub(r"^(nvidia\s+)?(tesla\s+|geforce\s+|quadro\s+)?", "", n.strip())
+    return re.sub(r"[\s_-]+", "", n)
+
+
+def cuda_key(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    releases: tuple[TorchRelease, ...]
+    arch_rows: tuple[ArchRow, ...]
+    gpus: tuple[Gpu, ...]
+    gpu_index: dict[str, Gpu]
+    default_target_names: tuple[str, ...]
+    family_floor: dict[str, tuple[str, str]]  # "12" -> (driver, source)
+    toolkit_driver: dict[str, tuple[str, str]]  # "12.4" -> (driver, source)
+    toolkit_targets: tuple[tuple[str, Capability, Capability, str], ...]
+    extensions: dict[str, Extension]
+    ngc: tuple[NgcRelease, ...]
+    sources: dict[str, dict[str, str]]
+
+    # -- torch ----------------------------------------------------------------------------------
+    def release_of(self, version: str) -> TorchRelease | None:
+        v = Version(version)
+        series = f"{v.major}.{v.minor}"
+        for r in self.releases:
+            if r.series == series:
+                return r
+        return None
+
+    def all_patches(self) -> list[str]:
+        """Every known torch version, newest first."""
+        out = [p for r in self.releases for p in r.patches]
+        return sorted(out, key=Version, reverse=True)
+
+    def arch_row(self, series: str, cuda: str) -> ArchRow | None:
+        for row in self.arch_rows:
+            if row.series == series and row.cuda == cuda:
+                return row
+        return None
+
+    # -- GPUs -----------------------------------------------------------------------------------
+    def lookup_gpu(self, name_or_cc: str) -> Capability:
+        """A GPU name ("H100", "RTX 4090") or a capability ("9.0", "sm_90") -> Capability."""
+        return self.lookup_gpu_entry(name_or_cc)[1]
+
+    def lookup_gpu_entry(self, name_or_cc: str) -> tuple[str, Capability, Gpu | None]:
+        text = name_or_cc.strip()
+        try:
+            cap = Capability.parse(text)
+            known = next((g for g in self.gpus if g.capability == cap), None)
+            if re.fullmatch(r"\d{1,2}\.\d|sm_\d{2,3}|compute_\d{2,3}", text.lower()):
+                if known is None and cap not in {g.capability for g in self.gpus}:
+                    valid = sorted({str(g.capability) for g in self.gpus}, key=lambda s: Capability.parse(s))
+                    raise ResolveError(
+                        f"compute capability {text} is not one NVIDIA has shipped.",
+                        hint=f"Use one of: {', '.join(valid)}.",
+                    )
+                return text, cap, known
+        except ValueError:
+            pass
+        gpu = self.gpu_index.get(_norm(text))
+        if gpu is None:
+            close = difflib.get_close_matches(_norm(text), list(self.gpu_index), n=3, cutoff=0.6)
+            names = [self.gpu_index[c].name if _norm(self.gpu_index[c].name) == c else c for c in close]
+            suggestion = f" Did you mean {' or '.join(repr(n) for n in names)}?" if names else ""
+            raise ResolveError(
+                f"unknown GPU {text!r}.{suggestion}",
+                hint="Name a known GPU (`kiln explain --gpus` lists them) or give its compute capability, e.g. '8.6'.",
+            )
+        return text, gpu.capability, gpu
+
+    @property
+    def default_targets(self) -> tuple[Capability, ...]:
+        return tuple(self.lookup_gpu(n) for n in self.default_target_names)
+
+    # -- CUDA / drivers -------------------------------------------------------------------------
+    def driver_floor(self, cuda: str) -> tuple[str, str]:
+        """The oldest driver that runs code built with this CUDA (minor-version compatibility)."""
+        major = cuda.split(".")[0]
+        if major not in self.family_floor:
+            raise ResolveError(f"no driver data for CUDA {cuda}.", hint="Choose a CUDA 11, 12 or 13 variant.")
+        return self.family_floor[major]
+
+    def toolkit_max_target(self, cuda: str) -> tuple[Capability, Capability] | None:
+        """(oldest, newest) capability this toolkit compiles for (the newest row not newer than cuda)."""
+        best = None
+        for c, lo, hi, _src in self.toolkit_targets:
+            if cuda_key(c) <= cuda_key(cuda) and (best is None or cuda_key(c) > cuda_key(best[0])):
+                best = (c, lo, hi)
+        return None if best is None else (best[1], best[2])
+
+
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files("torchkiln.knowledge").joinpath(name).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+@cache
+def load_knowledge() -> Knowledge:
+    """Load the packaged knowledge base (cached: the data never changes at run time)."""
+    t = _load("torch.toml")
+    releases = tuple(
+        TorchRelease(
+            series=r["series"],
+            patches=tuple(r["patches"]),
+            python=tuple(r["python"]),
+            python_experimental=tuple(r.get("python_experimental", ())),
+            default_cuda=r["default_cuda"],
+            variants=tuple(r["variants"]),
+            variants_experimental=tuple(r.get("variants_experimental", ())),
+            torchvision=dict(r.get("torchvision", {})),
+            source=r["source"],
+        )
+        for r in t["release"]
+    )
+    arch_rows = tuple(
+        ArchRow(series=s, cuda=a["cuda"], arch_list=a["arch_list"], entries=parse_arch_list(a["arch_list"]),
+                source=a["source"])
+        for a in t["arch"]
+        for s in a["series"]
+    )
+    g = _load("gpus.toml")
+    gpus: list[Gpu] = []
+    index: dict[str, Gpu] = {}
+    for row in g["gpu"]:
+        cap = Capability.parse(row["capability"])
+        canonical = row["names"][0]
+        for name in row["names"]:
+            gpu = Gpu(name=name, capability=cap, family=row["family"], platform=row.get("platform", "any"),
+                      source=row["source"])
+            gpus.append(gpu)
+            index[_norm(name)] = gpu
+        del canonical
+    c = _load("cuda.toml")
+    e = _load("extensions.toml")
+    extensions = {
+        x["name"]: Extension(
+            name=x["name"], import_name=x["import"], min_capability=Capability.parse(x["min_capability"]),
+            torch=x["torch"], min_cuda=x["min_cuda"], arch_env=x["arch_env"], arch_format=x["arch_format"],
+            env=dict(x.get("env", {})), no_build_isolation=x["no_build_isolation"],
+            distribution=x["distribution"], memory_per_job_gib=x["memory_per_job_gib"], notes=x["notes"],
+            source=x["source"], arch_min_cuda=dict(x.get("arch_min_cuda", {})), pairs=dict(x.get("pairs", {})),
+        )
+        for x in e["extension"]
+    }
+    n = _load("ngc.toml")
+    ngc = tuple(
+        NgcRelease(ngc=r["ngc"], cuda=r["cuda"], torch=r["torch"], python=r["python"], ubuntu=r.get("ubuntu", ""),
+                   constraints=r.get("constraints", False), source=r["source"])
+        for r in n["release"]
+    )
+    return Knowledge(
+        releases=releases,
+        arch_rows=arch_rows,
+        gpus=tuple(gpus),
+        gpu_index=index,
+        default_target_names=tuple(g["defaults"]["targets"]),
+        family_floor={k: (v["floor"], v["source"]) for k, v in c["family"].items()},
+        toolkit_driver={r["cuda"]: (r["toolkit_driver"], r["source"]) for r in c["toolkit"]},
+        toolkit_targets=tuple(
+            (r["cuda"], Capability.parse(r["min"]), Capability.parse(r["max"]), r["source"]) for r in c["targets"]
+        ),
+        extensions=extensions,
+        ngc=ngc,
+        sources=_load("sources.toml"),
+    )

@@ -1,0 +1,131 @@
+"""The BuildPlan: the full, pinned decision the resolver makes. Everything downstream reads only this.
+
+Frozen dataclasses holding tuples (never lists or dicts) so that a plan is hashable and rendering
+it is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    name: str
+    capability: str
+    family: str
+    covered: bool
+    how: str  # e.g. "SASS sm_90", "PTX compute_90 (JIT by the driver)", "no kernel image"
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    version: str  # "2.5.1"
+    variant: str  # "cu124" or "cpu"
+    cuda: str | None  # "12.4", None for CPU
+    requirement: str  # "torch==2.5.1" or "torch==2.5.1+cu121"
+    on_default_index: bool  # False: the variant lives on a torch index (sources.torch_index)
+    wheel_arch_list: str  # the arch list the official wheels were compiled for ("" for CPU)
+    wheel_arch_source: str
+    companions: tuple[str, ...]  # pinned requirements, e.g. ("torchvision==0.20.1",)
+
+
+@dataclass(frozen=True)
+class ExtensionPlan:
+    name: str
+    requirement: str | None  # "flash-attn==2.7.4.post1"; None for a local path
+    path: str | None  # a source tree inside the build context
+    import_name: str
+    env: tuple[tuple[str, str], ...]  # build variables (sorted)
+    no_build_isolation: bool
+    memory_per_job_gib: int
+    notes: str
+    source: str
+
+
+@dataclass(frozen=True)
+class AppPlan:
+    copy: tuple[str, ...]
+    workdir: str
+    command: tuple[str, ...]
+    user: str
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class SourcesPlan:
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+    torch_index: str | None
+    network: Literal["default", "host"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    topic: str
+    choice: str
+    why: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    image_name: str
+    tag: str
+    python: str  # "3.11"
+    python_exe: str  # "python3.11"
+    python_source: Literal["image", "apt"]
+    base_image: str
+    torch: TorchPlan
+    targets: tuple[TargetPlan, ...]
+    arch_list: str  # TORCH_CUDA_ARCH_LIST for everything compiled in the image ("" for CPU)
+    min_driver: str | None  # the oldest driver the image runs on (None for CPU)
+    min_driver_source: str
+    nvidia_require_cuda: str | None
+    pip_packages: tuple[str, ...]
+    apt_packages: tuple[str, ...]
+    extensions: tuple[ExtensionPlan, ...]
+    app: AppPlan
+    sources: SourcesPlan
+    decisions: tuple[Decision, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def image_ref(self) -> str:
+        return f"{self.image_name}:{self.tag}"
+
+    @property
+    def cuda(self) -> str | None:
+        return self.torch.cuda
+
+    @property
+    def venv(self) -> str:
+        return "/opt/venv"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of `kiln resolve --json` (stable keys; see the README)."""
+        d = asdict(self)
+        return {
+            "image": self.image_ref,
+            "torch": self.torch.version,
+            "torch_requirement": self.torch.requirement,
+            "variant": self.torch.variant,
+            "cuda": self.torch.cuda,
+            "python": self.python,
+            "base_image": self.base_image,
+            "arch_list": self.arch_list,
+            "wheel_arch_list": self.torch.wheel_arch_list,
+            "targets": [asdict(t) for t in self.targets],
+            "min_driver": self.min_driver,
+            "nvidia_require_cuda": self.nvidia_require_cuda,
+            "companions": list(self.torch.companions),
+            "pip_packages": list(self.pip_packages),
+            "apt_packages": list(self.apt_packages),
+            "extensions": d["extensions"],
+            "app": d["app"],
+            "sources": d["sources"],
+            "decisions": d["decisions"],
+            "warnings": list(self.warnings),
+        }

@@ -1,0 +1,111 @@
+"""The build context: the rendered Dockerfile plus the files its steps mount, and the app files.
+
+``context_files`` is pure (plan → {relative path: text}); ``write_context`` does the I/O: it builds
+the whole context in a temporary folder next to the destination and swaps it into place only when
+everything was written, so a failure never leaves a half-written context behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from torchkiln.errors import InputError, SpecError
+from torchkiln.plan import BuildPlan
+from torchkiln.render.dockerfile import render_dockerfile
+
+SOURCES_SH = """\
+# Sourced by the RUN steps that install packages (rendered by torchkiln).
+# Package sources arrive as BuildKit secrets at build time and are never stored in a layer:
+#   kiln-uv  a uv.toml naming the index URLs and wheel folders of this build
+#   kiln-ca  a CA bundle (PEM) for TLS-intercepting proxies or private indexes
+export UV_CACHE_DIR=/root/.cache/uv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \\
+    UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+if [ -f /run/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/run/secrets/kiln-uv; fi
+if [ -f /run/secrets/kiln-ca ]; then export SSL_CERT_FILE=/run/secrets/kiln-ca; fi
+"""
+
+DOCKERIGNORE = """\
+# Rendered by torchkiln: the context holds only what the Dockerfile uses.
+**/__pycache__
+**/*.pyc
+**/.git
+"""
+
+
+def context_files(plan: BuildPlan) -> dict[str, str]:
+    """Every generated text file of the build context, by relative path (sorted, deterministic)."""
+    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
+    files = {
+        "Dockerfile": render_dockerfile(plan),
+        ".dockerignore": DOCKERIGNORE,
+        ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
+        ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
+        ".kiln/sources.sh": SOURCES_SH,
+        ".kiln/wheels/.keep": "",
+    }
+    return dict(sorted(files.items()))
+
+
+def find_uv() -> Path:
+    """The uv binary shipped with the host's uv package (torchkiln depends on it)."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:  # pragma: no cover - uv is a dependency
+        found = shutil.which("uv")
+        if found is None:
+            raise InputError("the uv binary is not installed.", hint="pip install uv") from None
+        return Path(found)
+    return Path(find_uv_bin())
+
+
+def _place(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+        return
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+
+
+def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
+    """Write the complete build context into ``out_dir`` (replacing it). Returns the files written."""
+    missing = [c for c in plan.app.copy if not (spec_dir / c).exists()]
+    if missing:
+        raise SpecError(
+            f"[app] copy lists {', '.join(repr(m) for m in missing)}, but no such path exists next to the spec "
+            f"({spec_dir}).",
+            hint="Paths in [app] copy are relative to the folder that holds kiln.toml.",
+        )
+    reserved = {"Dockerfile", ".dockerignore", ".kiln"}
+    clash = [c for c in plan.app.copy if Path(c).parts[0] in reserved]
+    if clash:
+        raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
+                        hint="Rename or move it into a sub-folder.")
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for rel, text in context_files(plan).items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        uv_dest = tmp / ".kiln/bin/uv"
+        _place(find_uv(), uv_dest)
+        for item in plan.app.copy:
+            _place(spec_dir / item, tmp / item)
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            os.rename(out_dir, old / "ctx")
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(p for p in out_dir.rglob("*") if p.is_file())

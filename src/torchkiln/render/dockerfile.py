@@ -1,0 +1,264 @@
+"""Render a BuildPlan into a multi-stage Dockerfile. Pure and deterministic: same plan, same bytes.
+
+Stages (runtime last, so a plain ``docker build`` gives the slim image):
+
+* ``base``     the OS every stage shares, plus the spec's apt packages (apt caches are cache mounts);
+* ``torch``    a venv holding torch and its dependencies only, in one layer of its own, and the
+               constraints file that pins them (so app edits and new packages never rebuild it);
+* ``packages`` the spec's pip packages installed against those constraints; only the files they add
+               are collected into ``/opt/kiln-layer`` and copied into later stages as one small layer;
+* ``dev``      the torch venv and packages plus compilers and tools, for interactive work;
+* ``runtime``  base + venv + packages + app, non-root, no compilers, no caches.
+
+The package sources (index URLs, wheel folders, a CA bundle) are not in this text: install steps
+mount them as BuildKit secrets and a wheel folder from the build context, so the Dockerfile is the
+same wherever it is built and nothing about the sources reaches a layer.
+"""
+
+from __future__ import annotations
+
+import json
+
+from torchkiln import __version__
+from torchkiln.plan import BuildPlan
+
+VENV = "/opt/venv"
+CONSTRAINTS = "/etc/pip/constraint.txt"
+LAYER = "/opt/kiln-layer"
+UV = "/kiln/bin/uv"
+UID = 1000
+DEV_TOOLS = ("build-essential", "git", "ninja-build", "ccache")
+SHELL = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
+
+
+def _q(value: str) -> str:
+    """Quote a value for ENV/LABEL lines (JSON string quoting is valid Dockerfile quoting)."""
+    return json.dumps(value)
+
+
+def _run(mounts: list[str], commands: list[str]) -> list[str]:
+    """A RUN instruction: one mount per line, then the commands joined with ``&&``."""
+    parts = [f"--mount={m}" for m in mounts] + [commands[0]] + [f"&& {c}" for c in commands[1:]]
+    lines = ["RUN " + parts[0]]
+    lines += [f"    {p}" for p in parts[1:]]
+    return [line + " \\" for line in lines[:-1]] + [lines[-1]]
+
+
+def _bind(name: str) -> str:
+    return f"type=bind,source=.kiln/{name},target=/kiln/{name}"
+
+
+_SOURCE_MOUNTS = [
+    _bind("bin/uv"),
+    _bind("sources.sh"),
+    _bind("wheels"),
+    "type=cache,target=/root/.cache/uv,sharing=locked",
+    "type=secret,id=kiln-uv,target=/run/secrets/kiln-uv",
+    "type=secret,id=kiln-ca,target=/run/secrets/kiln-ca",
+]
+
+_APT_MOUNTS = [
+    "type=cache,target=/var/cache/apt,sharing=locked",
+    "type=cache,target=/var/lib/apt/lists,sharing=locked",
+]
+
+
+def _apt_install(packages: tuple[str, ...] | list[str]) -> list[str]:
+    return _run(
+        _APT_MOUNTS,
+        [
+            "rm -f /etc/apt/apt.conf.d/docker-clean",
+            "apt-get update",
+            "apt-get install -y --no-install-recommends " + " ".join(packages),
+        ],
+    )
+
+
+def header(plan: BuildPlan) -> list[str]:
+    t = plan.torch
+    cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
+    targets = ", ".join(f"{x.name} ({x.capability})" for x in plan.targets) or "none"
+    return [
+        f"# Rendered by torchkiln {__version__} for {plan.image_ref}. Do not edit: change kiln.toml and re-render.",
+        f"# torch {t.version} · {cuda} · Python {plan.python} · base {plan.base_image}",
+        f"# GPU targets: {targets}" + (f" · TORCH_CUDA_ARCH_LIST={plan.arch_list}" if plan.arch_list else ""),
+        "# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).",
+    ]
+
+
+def stage_base(plan: BuildPlan) -> list[str]:
+    lines = [
+        "# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer",
+        f"FROM {plan.base_image} AS base",
+        SHELL,
+        "ENV LANG=C.UTF-8 \\",
+        "    PYTHONUNBUFFERED=1",
+    ]
+    if plan.apt_packages:
+        lines += _apt_install(plan.apt_packages)
+    return lines
+
+
+def stage_torch(plan: BuildPlan) -> list[str]:
+    py = f"{VENV}/bin/python"
+    return [
+        "# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own",
+        "FROM base AS torch",
+        *_run(
+            [*_SOURCE_MOUNTS, _bind("requirements-torch.txt")],
+            [
+                ". /kiln/sources.sh",
+                f"{UV} venv --python {plan.python_exe} {VENV}",
+                f"{UV} pip install --python {py} -r /kiln/requirements-torch.txt",
+                "mkdir -p /etc/pip",
+                f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
+            ],
+        ),
+    ]
+
+
+def stage_packages(plan: BuildPlan) -> list[str]:
+    if not plan.pip_packages:
+        return []
+    py = f"{VENV}/bin/python"
+    return [
+        "# packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add",
+        "# are collected, so the runtime copies them as one small layer on top of the unchanged torch layer",
+        "FROM torch AS packages",
+        SHELL,
+        *_run(
+            [*_SOURCE_MOUNTS, _bind("requirements.txt")],
+            [
+                ". /kiln/sources.sh",
+                "touch /tmp/kiln-mark",
+                f"{UV} pip install --python {py} -c {CONSTRAINTS} -r /kiln/requirements.txt",
+                f"mkdir -p {LAYER}",
+                f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
+                f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
+            ],
+        ),
+    ]
+
+
+def _env(plan: BuildPlan) -> list[str]:
+    pairs = [
+        ("PATH", f"{VENV}/bin:$PATH"),
+        ("VIRTUAL_ENV", VENV),
+        ("PIP_CONSTRAINT", CONSTRAINTS),
+        ("UV_CONSTRAINT", CONSTRAINTS),
+    ]
+    if plan.torch.cuda:
+        pairs += [
+            ("NVIDIA_VISIBLE_DEVICES", "all"),
+            ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+        ]
+        if plan.nvidia_require_cuda:
+            pairs.append(("NVIDIA_REQUIRE_CUDA", plan.nvidia_require_cuda))
+        if plan.arch_list:
+            pairs.append(("TORCH_CUDA_ARCH_LIST", plan.arch_list))
+    pairs += list(plan.app.env)
+    out = []
+    for i, (k, v) in enumerate(pairs):
+        value = v if k == "PATH" else _q(v)
+        out.append(("ENV " if i == 0 else "    ") + f"{k}={value}" + (" \\" if i < len(pairs) - 1 else ""))
+    return out
+
+
+def _labels(plan: BuildPlan) -> list[str]:
+    t = plan.torch
+    pairs = [
+        ("org.opencontainers.image.title", plan.image_name),
+        ("org.opencontainers.image.version", plan.tag),
+        ("org.opencontainers.image.base.name", plan.base_image),
+        ("io.torchkiln.version", __version__),
+        ("io.torchkiln.torch", t.version),
+        ("io.torchkiln.variant", t.variant),
+        ("io.torchkiln.python", plan.python),
+    ]
+    if t.cuda:
+        pairs += [
+            ("io.torchkiln.cuda", t.cuda),
+            ("io.torchkiln.arch-list", plan.arch_list),
+            ("io.torchkiln.wheel-arch-list", t.wheel_arch_list),
+            ("io.torchkiln.targets", ",".join(f"{x.name}={x.capability}" for x in plan.targets)),
+            ("io.torchkiln.min-driver", plan.min_driver or ""),
+        ]
+    out = []
+    for i, (k, v) in enumerate(pairs):
+        out.append(("LABEL " if i == 0 else "      ") + f"{k}={_q(v)}" + (" \\" if i < len(pairs) - 1 else ""))
+    return out
+
+
+def _user_ref(plan: BuildPlan) -> str:
+    """USER value: numeric, so that orchestrators can prove the container is not root."""
+    return "root" if plan.app.user == "root" else f"{UID}:{UID}"
+
+
+def _user(plan: BuildPlan) -> list[str]:
+    if plan.app.user == "root":
+        return []
+    u = plan.app.user
+    return [f"RUN useradd --create-home --uid {UID} --user-group --shell /bin/bash {u}"]
+
+
+def _app(plan: BuildPlan) -> list[str]:
+    chown = "" if plan.app.user == "root" else f"--chown={plan.app.user}:{plan.app.user} "
+    lines = [f"WORKDIR {plan.app.workdir}"]
+    for item in plan.app.copy:
+        dest = f"{plan.app.workdir.rstrip('/')}/{item.rstrip('/')}"
+        lines.append(f"COPY {chown}{item} {dest}")
+    return lines
+
+
+def _copy_python(plan: BuildPlan, from_torch: bool) -> list[str]:
+    lines = []
+    if from_torch:
+        lines += [f"COPY --from=torch {VENV} {VENV}", f"COPY --from=torch {CONSTRAINTS} {CONSTRAINTS}"]
+    if plan.pip_packages:
+        lines.append(f"COPY --from=packages {LAYER}/ {VENV}/")
+    return lines
+
+
+def stage_dev(plan: BuildPlan) -> list[str]:
+    cmd = json.dumps(list(plan.app.command) or ["bash"])
+    return [
+        "# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work",
+        "FROM torch AS dev",
+        *_apt_install(DEV_TOOLS),
+        *_copy_python(plan, from_torch=False),
+        "COPY .kiln/bin/uv /usr/local/bin/uv",
+        *_user(plan),
+        *_env(plan),
+        *_labels(plan),
+        *_app(plan),
+        f"USER {_user_ref(plan)}",
+        f"CMD {cmd}",
+    ]
+
+
+def stage_runtime(plan: BuildPlan) -> list[str]:
+    cmd = json.dumps(list(plan.app.command) or ["python"])
+    return [
+        "# runtime: base + venv + app, nothing else: no compilers, no package caches, non-root by default",
+        "FROM base AS runtime",
+        *_user(plan),
+        *_copy_python(plan, from_torch=True),
+        *_env(plan),
+        *_labels(plan),
+        *_app(plan),
+        f"USER {_user_ref(plan)}",
+        f"CMD {cmd}",
+    ]
+
+
+def render_dockerfile(plan: BuildPlan) -> str:
+    """The whole Dockerfile text for a plan."""
+    blocks = [
+        header(plan),
+        stage_base(plan),
+        stage_torch(plan),
+        stage_packages(plan),
+        stage_dev(plan),
+        stage_runtime(plan),
+    ]
+    return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"

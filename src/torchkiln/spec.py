@@ -1,0 +1,300 @@
+"""The user's intent: ``kiln.toml`` parsed into strict pydantic models.
+
+The spec holds no derived facts (those are the resolver's job). Every table forbids unknown keys;
+``load_spec`` turns pydantic's errors into one ``SpecError`` that names the file, the table and the
+key, and suggests the closest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from torchkiln.errors import SpecError
+
+_IMAGE_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_REGISTRY_PREFIX = re.compile(r"^[A-Za-z0-9.-]+(?::\d+)?/")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_CUDA = re.compile(r"^(auto|cpu|\d{2}\.\d)$")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class ImageSpec(_Strict):
+    name: str
+    tag: str = "latest"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        rest = v
+        m = _REGISTRY_PREFIX.match(v)
+        if m and ("." in m.group(0) or ":" in m.group(0) or m.group(0) == "localhost/"):
+            rest = v[m.end() :]
+        if not _IMAGE_NAME.match(rest):
+            raise ValueError(
+                "must be a lowercase image name such as 'acme/trainer' (letters, digits, '.', '_', '-', '/')"
+            )
+        return v
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not _TAG.match(v):
+            raise ValueError("must be a tag such as 'latest' or '2024.06' (letters, digits, '_', '.', '-')")
+        return v
+
+
+class PythonSpec(_Strict):
+    version: str = "3.11"
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not re.fullmatch(r"3\.\d{1,2}", v):
+            raise ValueError("must be a Python minor version such as '3.11'")
+        return v
+
+
+class TorchSpec(_Strict):
+    version: str = Field(default="", description="exact version or a PEP 440 specifier; empty = newest known")
+    cuda: str = "auto"
+    packages: list[str] = Field(default_factory=list)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not v:
+            return v
+        try:
+            Version(v)
+            return v
+        except InvalidVersion:
+            pass
+        try:
+            SpecifierSet(v)
+        except InvalidSpecifier:
+            raise ValueError("must be an exact version ('2.5.1') or a PEP 440 specifier ('>=2.6,<2.8')") from None
+        return v
+
+    @field_validator("cuda")
+    @classmethod
+    def _cuda(cls, v: str) -> str:
+        v = v.lower().removeprefix("cu") if v.lower().startswith("cu1") else v.lower()
+        if re.fullmatch(r"\d{3}", v):  # "124" -> "12.4"
+            v = f"{v[:2]}.{v[2]}"
+        if not _CUDA.match(v):
+            raise ValueError("must be a CUDA variant such as '12.4' (or 'cu124'), 'auto' or 'cpu'")
+        return v
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, v: list[str]) -> list[str]:
+        allowed = {"torchvision", "torchaudio"}
+        for p in v:
+            if p not in allowed:
+                raise ValueError(
+                    f"unknown companion {p!r}: torch.packages takes {sorted(allowed)}; "
+                    "other packages go in [packages] pip"
+                )
+        return v
+
+
+class GpuSpec(_Strict):
+    targets: list[str] = Field(default_factory=list)
+    min_driver: str | None = None
+    ptx: bool = True
+
+    @field_validator("min_driver")
+    @classmethod
+    def _driver(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d{3}(\.\d{1,3}){0,2}", v):
+            raise ValueError("must be an NVIDIA driver version such as '535.104' or '580.65.06'")
+        return v
+
+
+class PackagesSpec(_Strict):
+    pip: list[str] = Field(default_factory=list)
+    apt: list[str] = Field(default_factory=list)
+
+    @field_validator("pip")
+    @classmethod
+    def _pip(cls, v: list[str]) -> list[str]:
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        for item in v:
+            try:
+                req = Requirement(item)
+            except InvalidRequirement as e:
+                raise ValueError(f"{item!r} is not a valid requirement: {e}") from None
+            if req.name.lower() in {"torch", "torchvision", "torchaudio"}:
+                raise ValueError(
+                    f"{req.name} is managed by torchkiln: set [torch] version / packages instead of listing it here"
+                )
+        return v
+
+    @field_validator("apt")
+    @classmethod
+    def _apt(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~-]+)?", item):
+                raise ValueError(f"{item!r} is not a Debian package name (optionally 'name=version')")
+        return v
+
+
+class ExtensionSpec(_Strict):
+    name: str
+    version: str | None = None
+    path: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> ExtensionSpec:
+        if self.path is not None and self.version is not None:
+            raise ValueError("give either 'version' (a released package) or 'path' (a local source tree), not both")
+        return self
+
+
+class AppSpec(_Strict):
+    copy_: list[str] = Field(default_factory=list, alias="copy")
+    workdir: str = "/workspace"
+    command: list[str] = Field(default_factory=list)
+    user: str = "kiln"
+    env: dict[str, str] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("copy_")
+    @classmethod
+    def _copy(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if p.startswith("/") or ".." in Path(p).parts:
+                raise ValueError(f"{p!r} must be a path inside the spec's folder (relative, no '..')")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must be an absolute path such as '/workspace'")
+        return v
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not _USER.match(v):
+            raise ValueError("must be a Linux user name such as 'kiln' ('root' to run as root)")
+        return v
+
+
+class BaseSpec(_Strict):
+    image: str = ""
+    python: Literal["image", "apt"] = "image"
+
+
+class SourcesSpec(_Strict):
+    """Where packages come from at build time. Never baked into the image."""
+
+    index_url: str | None = None
+    extra_index_urls: list[str] = Field(default_factory=list)
+    find_links: list[str] = Field(default_factory=list)
+    torch_index: str | None = None
+    network: Literal["default", "host"] = "default"
+
+
+class Spec(_Strict):
+    image: ImageSpec
+    python: PythonSpec = Field(default_factory=PythonSpec)
+    torch: TorchSpec = Field(default_factory=TorchSpec)
+    gpu: GpuSpec = Field(default_factory=GpuSpec)
+    packages: PackagesSpec = Field(default_factory=PackagesSpec)
+    extensions: list[ExtensionSpec] = Field(default_factory=list)
+    app: AppSpec = Field(default_factory=AppSpec)
+    base: BaseSpec = Field(default_factory=BaseSpec)
+    sources: SourcesSpec = Field(default_factory=SourcesSpec)
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "": Spec,
+    "image": ImageSpec,
+    "python": PythonSpec,
+    "torch": TorchSpec,
+    "gpu": GpuSpec,
+    "packages": PackagesSpec,
+    "extensions": ExtensionSpec,
+    "app": AppSpec,
+    "base": BaseSpec,
+    "sources": SourcesSpec,
+}
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _describe(err: dict[str, Any], origin: str) -> str:
+    loc = [str(p) for p in err["loc"]]
+    # the table is the first element; [[extensions]] adds an index
+    table = loc[0] if len(loc) > 1 else ""
+    key = loc[-1]
+    where_parts = [loc[0]] if len(loc) > 1 else []
+    if len(loc) > 2 and loc[1].isdigit():
+        where_parts = [f"{loc[0]}[{int(loc[1]) + 1}]"]
+    where = f"[{where_parts[0]}]" if where_parts else "top level"
+    etype = err["type"]
+    if etype == "extra_forbidden":
+        model = _MODELS.get(table if len(loc) > 1 else "", Spec)
+        names = _field_names(model)
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+        hint = f" Did you mean '{close[0]}'?" if close else f" Valid keys: {', '.join(names)}."
+        what = "table" if len(loc) == 1 else "key"
+        return f"{origin}: unknown {what} '{key}' in {where}.{hint}"
+    if etype == "missing":
+        return f"{origin}: {where} needs the key '{key}'."
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    value = err.get("input")
+    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
+    return f"{origin}: {where} key '{key}': {msg}{shown}."
+
+
+def parse_spec(data: dict[str, Any], origin: str = "kiln.toml") -> Spec:
+    """Validate a parsed TOML document."""
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors()
+        lines = [_describe(dict(err), origin) for err in errors[:8]]
+        more = f" (and {len(errors) - 8} more)" if len(errors) > 8 else ""
+        raise SpecError(
+            " ".join(lines) + more,
+            hint="Fix the key(s) named above; `kiln init` writes a commented example of every table.",
+        ) from None
+
+
+def load_spec(path: Path) -> Spec:
+    """Read and validate ``kiln.toml`` (or a folder holding one)."""
+    p = path / "kiln.toml" if path.is_dir() else path
+    if not p.exists():
+        raise SpecError(f"{p}: no such file.", hint="Give the path of a kiln.toml, or create one with `kiln init`.")
+    try:
+        raw = p.read_bytes()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{p}: not a UTF-8 text file.", hint="kiln.toml must be TOML text.") from None
+    except OSError as e:
+        raise SpecError(f"{p}: cannot be read ({e.strerror}).", hint="Check the path and its permissions.") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{p}: not valid TOML: {e}.", hint="Fix the TOML syntax at the line named.") from None
+    return parse_spec(data, origin=str(p))
