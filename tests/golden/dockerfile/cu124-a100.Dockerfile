@@ -1,0 +1,113 @@
+# Rendered by torchkiln 0.1.0 for acme/trainer-a100:2024.11. Do not edit: change kiln.toml and re-render.
+# torch 2.5.1 · CUDA 12.4 (cu124) · Python 3.11 · base python:3.11-slim-bookworm
+# GPU targets: A100 (8.0) · TORCH_CUDA_ARCH_LIST=8.0+PTX
+# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).
+
+# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
+FROM python:3.11-slim-bookworm AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends libgl1
+
+# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own
+FROM base AS torch
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv venv --python python3.11 /opt/venv \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
+    && mkdir -p /etc/pip \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+
+# packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add
+# are collected, so the runtime copies them as one small layer on top of the unchanged torch layer
+FROM torch AS packages
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
+    . /kiln/sources.sh \
+    && touch /tmp/kiln-mark \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
+    && mkdir -p /opt/kiln-layer \
+    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
+
+# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
+FROM torch AS dev
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+COPY --from=packages /opt/kiln-layer/ /opt/venv/
+COPY .kiln/bin/uv /usr/local/bin/uv
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
+    TORCH_CUDA_ARCH_LIST="8.0+PTX"
+LABEL org.opencontainers.image.title="acme/trainer-a100" \
+      org.opencontainers.image.version="2024.11" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.5.1" \
+      io.torchkiln.variant="cu124" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="12.4" \
+      io.torchkiln.arch-list="8.0+PTX" \
+      io.torchkiln.wheel-arch-list="5.0;6.0;7.0;7.5;8.0;8.6;9.0" \
+      io.torchkiln.targets="A100=8.0" \
+      io.torchkiln.min-driver="525.60.13"
+WORKDIR /workspace
+COPY --chown=kiln:kiln apps/train.py /workspace/apps/train.py
+USER 1000:1000
+CMD ["python", "apps/train.py"]
+
+# runtime: base + venv + app, nothing else: no compilers, no package caches, non-root by default
+FROM base AS runtime
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+COPY --from=torch /opt/venv /opt/venv
+COPY --from=torch /etc/pip/constraint.txt /etc/pip/constraint.txt
+COPY --from=packages /opt/kiln-layer/ /opt/venv/
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
+    TORCH_CUDA_ARCH_LIST="8.0+PTX"
+LABEL org.opencontainers.image.title="acme/trainer-a100" \
+      org.opencontainers.image.version="2024.11" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.5.1" \
+      io.torchkiln.variant="cu124" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="12.4" \
+      io.torchkiln.arch-list="8.0+PTX" \
+      io.torchkiln.wheel-arch-list="5.0;6.0;7.0;7.5;8.0;8.6;9.0" \
+      io.torchkiln.targets="A100=8.0" \
+      io.torchkiln.min-driver="525.60.13"
+WORKDIR /workspace
+COPY --chown=kiln:kiln apps/train.py /workspace/apps/train.py
+USER 1000:1000
+CMD ["python", "apps/train.py"]

