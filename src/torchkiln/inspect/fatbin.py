@@ -1,0 +1,503 @@
+"""Read the list of CUDA device-code entries (SASS cubins, PTX, LTO-IR) embedded in an ELF file.
+
+This is our own code: no maintained library reads CUDA fat binaries. NVIDIA documents the format
+only through ``fatbinary_section.h`` (shipped with the toolkit) and ``cuobjdump``; the layout below
+was checked against nvcc 13.0 output and ``cuobjdump --list-elf --list-ptx`` on real libraries.
+
+**This module must stay stdlib-only** (``pyelftools`` is an optional import): ``kiln verify`` copies
+this one file into images that have nothing but the standard library and torch. Do not import
+anything from torchkiln here either.
+
+Where fat binaries live in an ELF file
+--------------------------------------
+``.nv_fatbin``
+    One or more *containers* back to back (each 8-byte aligned, zero padding in between). An
+    nvcc-built shared object usually has two: nvlink's device-link output, then the source's own.
+    This is what the CUDA runtime loads.
+``__nv_relfatbin``
+    Containers of relocatable device code (``-rdc``, LTO). In a relocatable object (``.o``) it is the
+    only fat binary; in a linked library it is left over and never loaded.
+``.nvFatBinSegment``
+    24-byte wrapper records (u32 magic ``0x466243B1``, u32 version, u64 pointer to a container,
+    u64 pointer). Not needed for listing.
+
+``cuobjdump --list-elf --list-ptx`` lists the containers of ``.nv_fatbin`` in file order, or, when the
+file has no ``.nv_fatbin``, those of ``__nv_relfatbin``; ``cuobjdump -all`` lists both (``.nv_fatbin``
+first). :func:`list_entries` follows the same rule (``all_sections=True`` for ``-all``).
+
+When the section headers are stripped (or pyelftools is not installed) the file is scanned for the
+container magic instead, and each hit is validated: the header fields must be sane and the entry
+headers must tile the container exactly. Such a scan cannot tell the two sections apart, so it
+returns the entries of every container it finds (``section`` is then ``""``).
+
+Container header (16 bytes, little-endian)
+------------------------------------------
+======  =====  ==========================================================
+offset  type   field
+======  =====  ==========================================================
+0x00    u32    magic ``0xBA55ED50``
+0x04    u16    version (1)
+0x06    u16    header size (0x10)
+0x08    u64    size of the entries that follow; the next container starts
+               at ``offset + header_size + size`` (then 8-byte aligned)
+======  =====  ==========================================================
+
+Entry header (the first at container + header size; the next at ``entry + header_size +
+payload_size``)
+--------------------------------------------------------------------------------------------
+======  =====  ==========================================================
+offset  type   field
+======  =====  ==========================================================
+0x00    u16    kind: 1 PTX, 2 ELF (cubin = SASS), 8 NVVM / LTO-IR
+0x02    u16    entry format version (0x0101)
+0x04    u32    header size: varies (64, 80, 96, 104, 112 seen), always use it
+0x08    u64    payload size in the container (padded to 8)
+0x10    u32    exact compressed size, 0 when not compressed
+0x14    u32    offset from the entry of an 8-byte {u32 offset, u32 length} options record, 0 = none
+0x18    u16    code version minor (PTX ISA minor for PTX, ELF ABI minor for cubins)
+0x1A    u16    code version major
+0x1C    u32    SM architecture number: 75, 80, 90, 100, 103, 110, 120, 121 ...
+0x20    u32    identifier (source name) offset from the entry, 0 = none
+0x24    u32    identifier length
+0x28    u64    flags (below)
+0x30    u64    reserved
+0x38    u64    uncompressed size, 0 when not compressed
+======  =====  ==========================================================
+
+Flags: ``0x1`` 64-bit, ``0x2`` debug, ``0x10`` host Linux, ``0x2000`` LZ4-compressed payload,
+``0x8000`` zstd-compressed payload, ``0x100000`` arch-specific target (``sm_90a``), ``0x200000``
+family target (``sm_100f``; cuobjdump names such cubins ``sm_100`` but such PTX ``sm_100f``),
+``0x1000000`` set on sm_100+ cubins (meaning unknown). Compression never touches the entry header, so listing needs no
+decompression: this module reads only the headers (about 80 bytes per entry), never the payloads.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Literal, Union
+
+__all__ = [
+    "CONTAINER_MAGIC",
+    "FATBIN_SECTIONS",
+    "FatbinEntry",
+    "FatbinError",
+    "FatbinListing",
+    "NotElfError",
+    "cuobjdump_lines",
+    "list_entries",
+    "read_fatbins",
+    "scan_containers",
+]
+
+CONTAINER_MAGIC = 0xBA55ED50
+_MAGIC_BYTES = struct.pack("<I", CONTAINER_MAGIC)
+ELF_MAGIC = b"\x7fELF"
+#: sections holding fat binaries, in the order cuobjdump ``-all`` lists them
+FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+
+_CONTAINER = struct.Struct("<IHHQ")
+_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # the fixed 64-byte part of an entry header
+
+FLAG_64BIT = 0x1
+FLAG_DEBUG = 0x2
+FLAG_LINUX = 0x10
+FLAG_LZ4 = 0x2000
+FLAG_ZSTD = 0x8000
+FLAG_ARCH_SPECIFIC = 0x100000
+FLAG_FAMILY = 0x200000
+
+_KINDS: dict[int, Kind] = {1: "ptx", 2: "sass", 8: "ltoir"}
+# sanity bounds used to validate headers (generous: real headers are 64..128 bytes)
+_MIN_ENTRY_HEADER = _ENTRY.size
+_MAX_ENTRY_HEADER = 4096
+_SCAN_CHUNK = 16 << 20
+
+Kind = Literal["sass", "ptx", "ltoir", "unknown"]
+Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, IO[bytes]]
+ReadAt = Callable[[int, int], bytes]
+
+
+class FatbinError(ValueError):
+    """The file's ELF structure or one of its fat binaries is corrupt or truncated."""
+
+
+class NotElfError(FatbinError):
+    """The file is not an ELF file at all."""
+
+
+@dataclass(frozen=True)
+class FatbinEntry:
+    """One embedded piece of device code, as described by its entry header."""
+
+    kind: Kind
+    #: SM number as stored: 90 for sm_90 / sm_90a / compute_90
+    sm: int
+    #: "a" for arch-specific targets, "f" for family targets, "" otherwise
+    suffix: Literal["", "a", "f"]
+    compressed: bool
+    #: "zstd", "lz4", "unknown" (compressed but no known flag) or None
+    compression: str | None
+    #: ".nv_fatbin", "__nv_relfatbin", or "" when found by a magic scan
+    section: str
+    #: index of the container in the file (in listing order)
+    container: int
+    #: file offset of the entry header
+    offset: int
+    header_size: int
+    payload_size: int
+    compressed_size: int
+    uncompressed_size: int
+    flags: int
+    #: code version: PTX ISA version for PTX (e.g. (9, 0)), ELF ABI version for cubins
+    code_version: tuple[int, int]
+    identifier: str | None = None
+
+    @property
+    def arch(self) -> str:
+        """``sm_90``, ``sm_90a``, ``sm_100f`` for SASS; ``compute_90`` for PTX and LTO-IR."""
+        prefix = "sm_" if self.kind == "sass" else "compute_"
+        return f"{prefix}{self.sm}{self.suffix}"
+
+    @property
+    def cuobjdump_arch(self) -> str:
+        """The name cuobjdump's listing uses: always ``sm_``; a family cubin's ``f`` is not shown.
+
+        (cuobjdump 13 prints ``sm_100`` for an ``sm_100f`` cubin but ``sm_100f`` for its PTX.)
+        """
+        if self.kind == "sass" and self.suffix == "f":
+            return f"sm_{self.sm}"
+        return f"sm_{self.sm}{self.suffix}"
+
+    @property
+    def debug(self) -> bool:
+        return bool(self.flags & FLAG_DEBUG)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "arch": self.arch,
+            "compressed": self.compressed,
+            "compression": self.compression,
+            "section": self.section,
+            "container": self.container,
+            "offset": self.offset,
+            "size": self.payload_size,
+            "uncompressed_size": self.uncompressed_size if self.compressed else self.payload_size,
+            "code_version": f"{self.code_version[0]}.{self.code_version[1]}",
+            "debug": self.debug,
+            "identifier": self.identifier,
+        }
+
+
+@dataclass(frozen=True)
+class FatbinListing:
+    """What :func:`read_fatbins` found in one file."""
+
+    entries: tuple[FatbinEntry, ...]
+    #: "sections" (section headers were read) or "scan" (validated magic scan)
+    method: Literal["sections", "scan"]
+    #: fat-binary sections present in the file (empty after a scan)
+    sections: tuple[str, ...]
+    #: ELF e_type: 1 relocatable, 2 executable, 3 shared object (or PIE), 4 core
+    elf_type: int
+    #: ELF e_machine: 62 x86-64, 183 AArch64, 21 PowerPC64 ...
+    machine: int
+
+
+def _parse_container(read_at: ReadAt, offset: int, limit: int, section: str, index: int) -> tuple[
+    list[FatbinEntry], int
+]:
+    """Parse the container at ``offset``; return its entries and the offset just past it.
+
+    Raises FatbinError if the container does not lie within ``limit`` or its entries do not tile it.
+    """
+    head = read_at(offset, _CONTAINER.size)
+    if len(head) < _CONTAINER.size:
+        raise FatbinError(f"fat binary container at offset {offset:#x} is truncated")
+    magic, version, hsize, size = _CONTAINER.unpack(head)
+    if magic != CONTAINER_MAGIC:
+        raise FatbinError(f"no fat binary container magic at offset {offset:#x}")
+    if version != 1 or hsize < _CONTAINER.size or hsize > 256:
+        raise FatbinError(f"fat binary container at {offset:#x} has unknown version {version} / header {hsize}")
+    end = offset + hsize + size
+    if end > limit:
+        raise FatbinError(
+            f"fat binary container at {offset:#x} claims {size} bytes but only {limit - offset - hsize} remain"
+        )
+    entries: list[FatbinEntry] = []
+    pos = offset + hsize
+    while pos < end:
+        raw = read_at(pos, _ENTRY.size)
+        if len(raw) < _ENTRY.size:
+            raise FatbinError(f"fat binary entry at {pos:#x} is truncated")
+        (kind, _ever, ehsize, psize, csize, _opt, minor, major, sm, idoff, idlen, flags, _res, usize) = (
+            _ENTRY.unpack(raw)
+        )
+        if not _MIN_ENTRY_HEADER <= ehsize <= _MAX_ENTRY_HEADER or pos + ehsize + psize > end:
+            raise FatbinError(
+                f"fat binary entry at {pos:#x} (header {ehsize}, payload {psize}) does not fit its container"
+            )
+        ident = None
+        if idoff and idlen and idoff + idlen <= ehsize + psize and idlen <= 4096:
+            ident = read_at(pos + idoff, idlen).split(b"\0", 1)[0].decode("utf-8", "replace") or None
+        compression: str | None = None
+        if flags & FLAG_ZSTD:
+            compression = "zstd"
+        elif flags & FLAG_LZ4:
+            compression = "lz4"
+        elif csize:
+            compression = "unknown"
+        suffix: Literal["", "a", "f"] = (
+            "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
+        )
+        entries.append(
+            FatbinEntry(
+                kind=_KINDS.get(kind, "unknown"),
+                sm=sm,
+                suffix=suffix,
+                compressed=compression is not None,
+                compression=compression,
+                section=section,
+                container=index,
+                offset=pos,
+                header_size=ehsize,
+                payload_size=psize,
+                compressed_size=csize,
+                uncompressed_size=usize,
+                flags=flags,
+                code_version=(major, minor),
+                identifier=ident,
+            )
+        )
+        pos += ehsize + psize
+    if pos != end:
+        raise FatbinError(f"fat binary entries overrun their container at {offset:#x}")
+    return entries, end
+
+
+def _parse_region(
+    read_at: ReadAt, start: int, end: int, section: str, first_index: int
+) -> list[FatbinEntry]:
+    """Parse the containers lying back to back in ``[start, end)`` (a fat-binary section)."""
+    out: list[FatbinEntry] = []
+    pos = start
+    index = first_index
+    while pos + _CONTAINER.size <= end:
+        head = read_at(pos, 8)
+        if len(head) < 8:
+            raise FatbinError(f"section {section} is truncated at offset {pos:#x}")
+        if head[:4] != _MAGIC_BYTES:
+            if head == b"\0" * 8:  # alignment padding between containers
+                pos += 8
+                continue
+            raise FatbinError(f"section {section} holds no fat binary container at offset {pos:#x}")
+        entries, pos = _parse_container(read_at, pos, end, section, index)
+        out.extend(entries)
+        index += 1
+        pos = (pos + 7) & ~7
+    return out
+
+
+def scan_containers(read_at: ReadAt, size: int, first_index: int = 0) -> list[FatbinEntry]:
+    """Find fat-binary containers anywhere in ``[0, size)`` by their magic, keeping only valid ones.
+
+    Used when section headers are missing. A hit counts only if its container parses completely
+    (sane header, only known entry kinds, entry headers tiling it exactly); scanning resumes after
+    each valid container. Reads the file once in large chunks.
+    """
+    out: list[FatbinEntry] = []
+    index = first_index
+    pos = 0  # start of the current chunk
+    resume = 0  # no hit before this offset counts (inside a container already parsed)
+    while pos < size:
+        chunk = read_at(pos, min(_SCAN_CHUNK, size - pos))
+        if not chunk:
+            break
+        hit = chunk.find(_MAGIC_BYTES, max(resume - pos, 0))
+        while hit >= 0:
+            at = pos + hit
+            try:
+                entries, end = _parse_container(read_at, at, size, "", index)
+            except FatbinError:
+                entries, end = [], at
+            if entries and all(e.kind != "unknown" for e in entries):
+                out.extend(entries)
+                index += 1
+                resume = end
+                if end - pos >= len(chunk):
+                    break
+                hit = chunk.find(_MAGIC_BYTES, end - pos)
+            else:
+                hit = chunk.find(_MAGIC_BYTES, hit + 1)
+        if len(chunk) < _SCAN_CHUNK:
+            break
+        # overlap by 3 bytes so that a magic split across two chunks is found
+        pos = max(pos + len(chunk) - 3, resume)
+    return out
+
+
+def _elf_header(head: bytes) -> tuple[int, int]:
+    """Return (e_type, e_machine) of an ELF header, or raise NotElfError."""
+    if len(head) < 20 or head[:4] != ELF_MAGIC:
+        raise NotElfError("not an ELF file (no \\x7fELF magic)")
+    endian = "<" if head[5] == 1 else ">"
+    e_type, e_machine = struct.unpack_from(endian + "HH", head, 16)
+    return e_type, e_machine
+
+
+def _sections_pyelftools(fileobj: IO[bytes], size: int) -> list[tuple[str, int, int]] | None:
+    """Locate fat-binary sections with pyelftools; None when it is missing or headers are stripped.
+
+    Section headers are parsed one by one with pyelftools' own structures rather than through
+    ``iter_sections``, which eagerly builds hash tables (0.1 s on a large library).
+    """
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.common.utils import struct_parse
+        from elftools.elf.elffile import ELFFile
+    except ImportError:  # optional: verify runs where only the stdlib exists
+        return None
+    try:
+        fileobj.seek(0)
+        elf = ELFFile(fileobj)
+        shoff = int(elf["e_shoff"])
+        if shoff == 0 or elf.num_sections() == 0:
+            return None
+        count = elf.num_sections()
+        shentsize = int(elf["e_shentsize"])
+        if shoff + count * shentsize > size:
+            raise FatbinError(
+                f"ELF section headers end at {shoff + count * shentsize} but the file has only {size} bytes"
+                " (truncated)"
+            )
+        headers = [
+            struct_parse(elf.structs.Elf_Shdr, fileobj, stream_pos=shoff + i * shentsize) for i in range(count)
+        ]
+        strndx = elf.get_shstrndx()
+        if not 0 < strndx < count:
+            return None
+        strtab = headers[strndx]
+        if strtab["sh_offset"] + strtab["sh_size"] > size:
+            raise FatbinError("ELF section name table lies past the end of the file (truncated)")
+        fileobj.seek(strtab["sh_offset"])
+        names = fileobj.read(strtab["sh_size"])
+    except (ELFError, struct.error, EOFError, OSError) as e:
+        raise FatbinError(f"corrupt ELF structure: {e}") from e
+    found: list[tuple[str, int, int]] = []
+    for h in headers:
+        start = int(h["sh_name"])
+        name = names[start : names.find(b"\0", start)].decode("latin-1") if start < len(names) else ""
+        if name in FATBIN_SECTIONS and h["sh_type"] != "SHT_NOBITS":
+            found.append((name, int(h["sh_offset"]), int(h["sh_size"])))
+    return found
+
+
+class _Opened:
+    """A source turned into (read_at, size, fileobj), closing what it opened."""
+
+    def __init__(self, source: Source) -> None:
+        self._close: IO[bytes] | None = None
+        self.fileobj: IO[bytes]
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            self.size = len(data)
+            self.fileobj = io.BytesIO(data)
+            self.read_at: ReadAt = lambda off, n: data[off : off + n]
+            return
+        if isinstance(source, (str, os.PathLike)):
+            f = open(source, "rb")  # noqa: SIM115 - closed in close()
+            self._close = f
+            self.fileobj = f
+            fd = f.fileno()
+            self.size = os.fstat(fd).st_size
+            self.read_at = lambda off, n: os.pread(fd, n, off)
+            return
+        f2 = source
+        if not f2.seekable():
+            data = f2.read()
+            self.size = len(data)
+            self.fileobj = io.BytesIO(data)
+            self.read_at = lambda off, n: data[off : off + n]
+            return
+        self.fileobj = f2
+        self.size = f2.seek(0, io.SEEK_END)
+
+        def read_at(off: int, n: int) -> bytes:
+            f2.seek(off)
+            return f2.read(n)
+
+        self.read_at = read_at
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close.close()
+
+
+def read_fatbins(source: Source, *, all_sections: bool = False) -> FatbinListing:
+    """List the device-code entries of an ELF file (path, bytes, or seekable binary file object).
+
+    Entries come in cuobjdump's order: ``.nv_fatbin`` (or ``__nv_relfatbin`` when the file has no
+    ``.nv_fatbin``); with ``all_sections`` both, like ``cuobjdump -all``. Raises NotElfError for a
+    file that is not ELF and FatbinError for a corrupt or truncated one.
+    """
+    src = _Opened(source)
+    try:
+        e_type, machine = _elf_header(src.read_at(0, 64))
+        sections = _sections_pyelftools(src.fileobj, src.size)
+        if sections is None:
+            return FatbinListing(tuple(scan_containers(src.read_at, src.size)), "scan", (), e_type, machine)
+        names = tuple(name for name, _, _ in sections)
+        wanted: list[tuple[str, int, int]] = []
+        for want in FATBIN_SECTIONS:
+            wanted.extend(s for s in sections if s[0] == want)
+        if not all_sections:
+            first = ".nv_fatbin" if ".nv_fatbin" in names else "__nv_relfatbin"
+            wanted = [s for s in wanted if s[0] == first]
+        entries: list[FatbinEntry] = []
+        index = 0
+        for name, off, size in wanted:
+            if off + size > src.size:
+                raise FatbinError(
+                    f"section {name} ends at {off + size} but the file has only {src.size} bytes (truncated)"
+                )
+            got = _parse_region(src.read_at, off, off + size, name, index)
+            if got:
+                index = got[-1].container + 1
+            entries.extend(got)
+        return FatbinListing(tuple(entries), "sections", names, e_type, machine)
+    finally:
+        src.close()
+
+
+def list_entries(source: Source, *, all_sections: bool = False) -> list[FatbinEntry]:
+    """The embedded SASS / PTX / LTO-IR entries of an ELF file, in cuobjdump's listing order."""
+    return list(read_fatbins(source, all_sections=all_sections).entries)
+
+
+def cuobjdump_lines(entries: list[FatbinEntry] | tuple[FatbinEntry, ...], filename: str) -> Iterator[str]:
+    """Render entries exactly as ``cuobjdump --list-elf --list-ptx FILE`` prints them.
+
+    cuobjdump numbers cubins and PTX separately and names each ``STEM.N.sm_XX.{cubin,ptx}``, where
+    STEM is the file name without its last extension; an entry that carries an identifier (the
+    source file, present with ``-G``) is named ``SOURCESTEM.sm_XX.{cubin,ptx}`` instead.
+    """
+    stem = _stem(filename)
+    n_elf = n_ptx = 0
+    for e in entries:
+        if e.kind == "sass":
+            n_elf += 1
+            name = f"{_stem(e.identifier)}.{e.cuobjdump_arch}" if e.identifier else f"{stem}.{n_elf}.{e.cuobjdump_arch}"
+            yield f"ELF file {n_elf:>4}: {name}.cubin"
+        elif e.kind == "ptx":
+            n_ptx += 1
+            name = f"{_stem(e.identifier)}.{e.cuobjdump_arch}" if e.identifier else f"{stem}.{n_ptx}.{e.cuobjdump_arch}"
+            yield f"PTX file {n_ptx:>4}: {name}.ptx"
+
+
+def _stem(path: str) -> str:
+    base = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return base.rsplit(".", 1)[0] if "." in base else base
