@@ -1,0 +1,190 @@
+"""Run the rules over files: discovery, configuration, suppressions, findings.
+
+``lint_text`` and ``lint_source`` are pure; ``lint_paths`` reads files (and folders, searched for
+Dockerfiles and shell scripts) and collects per-file input errors instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from torchkiln.errors import InputError
+from torchkiln.lint.config import LintConfig, Severity, Suppressions, severity_rank
+from torchkiln.lint.context import build_context
+from torchkiln.lint.model import (
+    DOCKERFILE_NAME,
+    SCRIPT_SUFFIXES,
+    Dockerfile,
+    FileKind,
+    Source,
+    parse_dockerfile,
+    parse_script,
+    read_source,
+)
+from torchkiln.lint.rules import RULES, ordered_rules
+
+_SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    name: str
+    severity: Severity
+    path: str
+    line: int
+    end_line: int
+    message: str
+    fix: str
+    why: str
+    source: str
+    stage: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FileError:
+    path: str
+    message: str
+    hint: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LintReport:
+    files: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    errors: tuple[FileError, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        out = {"error": 0, "warning": 0, "info": 0}
+        for f in self.findings:
+            out[f.severity] += 1
+        return out
+
+    def failing(self, fail_on: Severity) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if severity_rank(f.severity) >= severity_rank(fail_on))
+
+
+def lint_source(source: Source, config: LintConfig | None = None) -> list[Finding]:
+    """Findings for one parsed file, with configuration and inline suppressions applied."""
+    config = config or LintConfig()
+    ctx = build_context(source, config)
+    ignored = config.ignored_for(source.path)
+    sup = Suppressions.scan(source.lines)
+    ranges = _instruction_ranges(source) if isinstance(source, Dockerfile) else None
+    seen: set[tuple[str, int, str]] = set()
+    out: list[Finding] = []
+    for r in ordered_rules():
+        if r.id in ignored or source.kind not in r.applies_to:
+            continue
+        for hit in r.check(ctx):
+            key = (r.id, hit.line, hit.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            if sup.matches(r.id, _suppression_lines(source, ranges, hit.line)):
+                continue
+            out.append(
+                Finding(
+                    rule=r.id,
+                    name=r.name,
+                    severity=config.severity.get(r.id, r.severity),
+                    path=source.path,
+                    line=hit.line,
+                    end_line=hit.end_line or hit.line,
+                    message=hit.message,
+                    fix=hit.fix or r.fix,
+                    why=r.why,
+                    source=r.source,
+                    stage=hit.stage,
+                )
+            )
+    out.sort(key=lambda f: (f.line, f.rule))
+    return out
+
+
+def lint_text(
+    text: str, path: str = "Dockerfile", kind: FileKind = "dockerfile", config: LintConfig | None = None
+) -> list[Finding]:
+    source = parse_script(text, path) if kind == "script" else parse_dockerfile(text, path)
+    return lint_source(source, config)
+
+
+def discover(paths: Sequence[Path]) -> list[tuple[Path, FileKind | None]]:
+    """Files to lint: each file as given; folders searched for Dockerfiles and *.sh scripts."""
+    out: list[tuple[Path, FileKind | None]] = []
+    for p in paths:
+        if p.is_dir():
+            found: list[tuple[Path, FileKind | None]] = []
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+                for name in sorted(files):
+                    if DOCKERFILE_NAME.match(name):
+                        found.append((Path(root) / name, "dockerfile"))
+                    elif name.endswith(SCRIPT_SUFFIXES):
+                        found.append((Path(root) / name, "script"))
+            if not found:
+                raise InputError(
+                    f"{p}: no Dockerfile (Dockerfile, *.Dockerfile, Containerfile) or *.sh script in this folder",
+                    hint="Pass the Dockerfile itself, or a folder that holds one.",
+                )
+            out.extend(found)
+        else:
+            out.append((p, None))
+    return out
+
+
+def lint_paths(paths: Sequence[Path], config: LintConfig | None = None) -> LintReport:
+    """Lint files and folders. Unreadable or malformed files become :class:`FileError` entries."""
+    config = config or LintConfig()
+    files: list[str] = []
+    findings: list[Finding] = []
+    errors: list[FileError] = []
+    for path, kind in discover(paths):
+        display = _display(path)
+        try:
+            source = read_source(path, kind, display)
+            findings.extend(lint_source(source, config))
+            files.append(display)
+        except InputError as e:
+            errors.append(FileError(display, e.message, e.hint))
+    return LintReport(tuple(files), tuple(findings), tuple(errors))
+
+
+def _display(path: Path) -> str:
+    """The path as reports show it: relative to the current folder when inside it, '/' separated."""
+    try:
+        rel = path.resolve().relative_to(Path.cwd().resolve())
+        return rel.as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _instruction_ranges(df: Dockerfile) -> list[tuple[int, int]]:
+    return [(i.line, i.end_line) for i in df.instructions()]
+
+
+def _suppression_lines(source: Source, ranges: list[tuple[int, int]] | None, line: int) -> range:
+    start, end = line, line
+    if ranges is not None:
+        for a, b in ranges:
+            if a <= line <= b:
+                start, end = a, b
+                break
+    # the comment block directly above
+    first = start
+    while first - 1 >= 1 and source.lines[first - 2].lstrip().startswith("#"):
+        first -= 1
+    return range(first, end + 1)
+
+
+def iter_rules() -> Iterator[str]:
+    yield from sorted(RULES)

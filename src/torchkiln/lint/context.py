@@ -1,0 +1,241 @@
+"""What the rules look at, computed once per file: each RUN with its environment and the
+package installs it makes, whether torch is there yet, which stages reach the final image,
+whether the image is a training image.
+
+The environment of a RUN is what ``docker build`` gives it: ``ENV`` and ``ARG`` of the stage and
+of the stages it builds on, ``--mount=type=secret,env=NAME``, then inside the shell ``export`` and
+``NAME=value cmd`` prefixes. A value of ``None`` means "set, value unknown" (``ARG X`` without a
+default, filled by ``--build-arg``); an absent name means unset.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from torchkiln.lint.config import LintConfig
+from torchkiln.lint.model import (
+    Dockerfile,
+    Instruction,
+    Script,
+    Snippet,
+    Source,
+    Stage,
+    arg_pairs,
+    env_pairs,
+)
+from torchkiln.lint.shell import Command, Install, recognize, walk
+
+TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio"})
+TorchState = Literal["yes", "no", "unknown"]
+
+#: base images that ship torch (NGC, the PyTorch project's images, and images named after torch)
+_TORCH_BASE = re.compile(r"(^|/)(pytorch|torch)[^/:]*(:|$)|nvcr\.io/nvidia/pytorch", re.I)
+NGC_PYTORCH = re.compile(r"^(docker\.io/)?nvcr\.io/nvidia/pytorch(:|@|$)", re.I)
+
+#: packages whose presence marks a training image (used by KL007)
+TRAINING_PACKAGES = frozenset(
+    {
+        "deepspeed", "accelerate", "lightning", "pytorch-lightning", "megatron-core", "torchtitan",
+        "trl", "peft", "nemo-toolkit", "colossalai", "fairscale", "apex", "bitsandbytes",
+    }
+)  # fmt: skip
+_TRAINING_WORDS = re.compile(r"\b(torchrun|deepspeed|accelerate\s+launch|train[a-z_]*\.py|finetun\w*)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One RUN instruction, analysed."""
+
+    ins: Instruction
+    stage: Stage
+    snippets: tuple[Snippet, ...]
+    env: Mapping[str, str | None]  # before the shell starts
+    workdir: str | None
+    commands: tuple[tuple[Command, Mapping[str, str | None], str | None], ...]  # cmd, env, cwd
+    installs: tuple[Install, ...]
+
+    def cache_targets(self) -> tuple[str, ...]:
+        return self.ins.cache_mount_targets()
+
+
+@dataclass
+class Context:
+    source: Source
+    config: LintConfig
+    df: Dockerfile | None = None
+    final: Stage | None = None
+    final_chain: tuple[Stage, ...] = ()
+    steps: list[Step] = field(default_factory=list)
+    snippets: list[Snippet] = field(default_factory=list)
+    training_evidence: str | None = None
+
+    @property
+    def is_training(self) -> bool:
+        if self.config.training is not None:
+            return self.config.training
+        return self.training_evidence is not None
+
+    def in_final_chain(self, stage: Stage) -> bool:
+        return any(s.index == stage.index for s in self.final_chain)
+
+    def torch_before(self, step: Step) -> TorchState:
+        """Whether torch is installed when ``step`` starts (before its own commands)."""
+        assert self.df is not None
+        return _torch_state(self, step.stage, step.ins.line, depth=0)
+
+
+def build_context(source: Source, config: LintConfig) -> Context:
+    ctx = Context(source=source, config=config)
+    if isinstance(source, Script):
+        ctx.snippets.append(source.snippet())
+        return ctx
+    df = source
+    ctx.df = df
+    ctx.final = df.final_stage(config.target)
+    ctx.final_chain = df.chain(ctx.final)
+    for stage in df.stages:
+        env: dict[str, str | None] = {}
+        workdir: str | None = None
+        for anc in df.chain(stage)[:-1]:
+            workdir = _apply_env(df, anc.instructions, env, workdir)
+        for ins in stage.instructions:
+            if ins.keyword == "RUN":
+                ctx.steps.append(_step(df, stage, ins, env, workdir))
+            elif ins.keyword in ("CMD", "ENTRYPOINT"):
+                sn = df.snippet(ins)
+                if sn is not None:
+                    ctx.snippets.append(sn)
+            elif ins.keyword in ("COPY", "ADD"):
+                ctx.snippets.extend(df.heredoc_snippets(ins))
+            workdir = _apply_env(df, (ins,), env, workdir)
+    for step in ctx.steps:
+        ctx.snippets.extend(step.snippets)
+    ctx.snippets.sort(key=lambda s: s.lines[0] if s.lines else 0)
+    ctx.training_evidence = _training_evidence(ctx)
+    return ctx
+
+
+def _apply_env(
+    df: Dockerfile, instructions: tuple[Instruction, ...], env: dict[str, str | None], workdir: str | None
+) -> str | None:
+    for ins in instructions:
+        if ins.keyword == "ENV":
+            for k, val in env_pairs(ins):
+                env[k] = val
+        elif ins.keyword == "ARG":
+            for k, default in arg_pairs(ins):
+                env[k] = default if default is not None else df.global_args.get(k)
+        elif ins.keyword == "WORKDIR" and ins.args:
+            w = ins.args[0]
+            workdir = w if w.startswith("/") or workdir is None else workdir.rstrip("/") + "/" + w
+    return workdir
+
+
+def _step(df: Dockerfile, stage: Stage, ins: Instruction, env: Mapping[str, str | None], workdir: str | None) -> Step:
+    run_env: dict[str, str | None] = dict(env)
+    for m in ins.mounts:
+        if m.type == "secret" and m.options.get("env"):
+            run_env[m.options["env"]] = None
+    snippets: list[Snippet] = []
+    header = df.snippet(ins)
+    if header is not None:
+        snippets.append(header)
+    snippets.extend(df.heredoc_snippets(ins))
+    cmds: list[tuple[Command, Mapping[str, str | None], str | None]] = []
+    installs: list[Install] = []
+    for sn in snippets:
+        cwd = workdir
+        for cmd, cenv in walk(sn, run_env):
+            if cmd.name == "cd" and len(cmd.words) > 1:
+                target = cmd.words[1].text
+                cwd = target if target.startswith("/") or cwd is None else cwd.rstrip("/") + "/" + target
+            cmds.append((cmd, cenv, cwd))
+            inst = recognize(cmd, cenv)
+            if inst is not None:
+                installs.append(inst)
+    return Step(ins, stage, tuple(snippets), run_env, workdir, tuple(cmds), tuple(installs))
+
+
+def installs_torch(inst: Install) -> TorchState:
+    """Does this install put torch in place? unknown for requirement files, projects, envs."""
+    if inst.tool == "apt" or inst.tool == "setup.py":
+        return "no"
+    names = inst.names
+    if names & TORCH_FAMILY or "pytorch" in names:
+        return "yes"
+    if inst.has("--requirement", "--file") or inst.sub in ("sync", "create") or inst.tool == "conda":
+        return "unknown"
+    if any(r.kind in ("path", "unknown") for r in inst.reqs):
+        return "unknown"
+    return "no"
+
+
+def _torch_state(ctx: Context, stage: Stage, before_line: int, depth: int) -> TorchState:
+    df = ctx.df
+    assert df is not None
+    if depth > 8:
+        return "unknown"
+    chain = df.chain(stage)
+    base = chain[0].resolved_image
+    state: TorchState = "no"
+    if base is None:
+        state = "unknown"
+    elif _TORCH_BASE.search(base):
+        return "yes"
+    steps = {s.ins.line: s for s in ctx.steps}
+    for st in chain:
+        for ins in st.instructions:
+            if st.index == stage.index and ins.line >= before_line:
+                return state
+            if ins.keyword == "RUN" and ins.line in steps:
+                for inst in steps[ins.line].installs:
+                    got = installs_torch(inst)
+                    if got == "yes":
+                        return "yes"
+                    if got == "unknown":
+                        state = "unknown"
+            elif ins.keyword in ("COPY", "ADD"):
+                for ref in ins.flag_values("from"):
+                    src = df.stage_ref(ref, before=st.index)
+                    if src is None:
+                        state = "unknown"
+                        continue
+                    got = _torch_state(ctx, src, 10**9, depth + 1)
+                    if got == "yes":
+                        return "yes"
+                    if got == "unknown":
+                        state = "unknown"
+    return state
+
+
+def _training_evidence(ctx: Context) -> str | None:
+    df = ctx.df
+    assert df is not None
+    for step in ctx.steps:
+        for inst in step.installs:
+            hits = sorted(inst.names & TRAINING_PACKAGES)
+            if not hits and any(r.kind in ("vcs", "path") and "apex" in r.text.lower() for r in inst.reqs):
+                hits = ["apex"]
+            if hits:
+                return f"installs {hits[0]} (line {inst.line})"
+    for ins in df.instructions():
+        if ins.keyword in ("CMD", "ENTRYPOINT"):
+            m = _TRAINING_WORDS.search(" ".join(ins.args))
+            if m:
+                return f"{ins.keyword} runs {m.group(0)!r} (line {ins.line})"
+    for s in df.stages:
+        if s.name and "train" in s.name:
+            return f"stage {s.name!r} (line {s.line})"
+    return None
+
+
+def iter_commands(ctx: Context) -> Iterator[tuple[Command, Snippet]]:
+    """Every shell command of the file (RUN lines, heredoc scripts, CMD/ENTRYPOINT, scripts)."""
+    from torchkiln.lint.shell import commands
+
+    for sn in ctx.snippets:
+        for c in commands(sn):
+            yield c, sn

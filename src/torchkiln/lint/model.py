@@ -1,0 +1,591 @@
+"""Dockerfiles and shell scripts as the linter sees them: instructions, stages, shell snippets.
+
+Parsing is done by the ``dockerfile`` package (PyPI ``dockerfile``), which wraps moby/buildkit's
+own Go parser, so heredocs (``RUN <<EOF``), ``RUN --mount=...`` flags, line continuations, ``ARG``
+before ``FROM`` and the ``# escape=`` directive behave exactly as in ``docker build``.
+
+We tried ``dockerfile-parse`` first: it reads heredoc bodies as instructions (each body line
+becomes an instruction named after its first word), does not separate ``--mount``/``--from``
+flags from arguments, and keeps comment lines inside continuations. So it is not used.
+
+What this module adds on top of the Go parser (our own code, as no library gives it):
+
+* the parser directives (the Go binding applies ``escape`` but does not return the directives);
+* the line where each heredoc body starts (the binding gives the body text only);
+* a stage model: which stage is final, which stage each ``FROM`` builds on, what each ``COPY
+  --from`` copies from, ``ARG`` defaults substituted into ``FROM``;
+* shell snippets with their real line numbers: the text of a ``RUN`` as the shell will see it
+  (comment lines inside continuations removed, as BuildKit does), each line mapped back to the
+  line of the file, so findings point at the line of the offending command;
+* clear errors (:class:`torchkiln.errors.InputError`) for binary, empty or malformed files.
+
+Pure: :func:`parse_dockerfile` and :func:`parse_script` take text; :func:`read_source` is the only
+function that touches the file system.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import dockerfile as _goparser  # type: ignore[import-not-found]  # compiled module, no stubs
+
+from torchkiln.errors import InputError
+
+FileKind = Literal["dockerfile", "script"]
+
+#: instructions ``docker build`` knows (``MAINTAINER`` is deprecated but still accepted)
+KNOWN_INSTRUCTIONS = frozenset(
+    {
+        "ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL",
+        "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR",
+    }
+)  # fmt: skip
+
+_DIRECTIVE = re.compile(r"#\s*([a-zA-Z][a-zA-Z0-9_-]*)\s*=\s*(.*?)\s*$")
+_HEREDOC_MARK = re.compile(r"<<(-?)\s*([\"']?)([A-Za-z0-9_.-]+)\2")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+][^}]*)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+@dataclass(frozen=True)
+class Heredoc:
+    name: str
+    content: str
+    #: line of the file where the body starts (the line after the one that opened it)
+    line: int
+    strip_tabs: bool = False
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One Dockerfile instruction, as BuildKit parsed it."""
+
+    keyword: str  # upper case: RUN, COPY, ...
+    args: tuple[str, ...]  # exec form: the argv; shell form RUN/CMD: one string
+    flags: tuple[str, ...]  # --mount=..., --from=..., --chown=...
+    exec_form: bool
+    heredocs: tuple[Heredoc, ...]
+    line: int  # first line (1-based)
+    end_line: int  # last line, heredoc bodies included
+    original: str
+    stage: int  # index of the stage it belongs to; -1 for ARGs before the first FROM
+    sub_keyword: str | None = None  # for ONBUILD
+
+    def flag_values(self, name: str) -> list[str]:
+        """Values of ``--name=value`` flags (``flag_values("mount")``)."""
+        prefix = f"--{name}="
+        out = []
+        for f in self.flags:
+            if f.startswith(prefix):
+                out.append(f[len(prefix) :])
+            elif f == f"--{name}":
+                out.append("")
+        return out
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]:
+        return tuple(Mount.parse(v) for v in self.flag_values("mount"))
+
+    def cache_mount_targets(self) -> tuple[str, ...]:
+        return tuple(m.target for m in self.mounts if m.type == "cache" and m.target)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A ``RUN --mount=...`` specification (``type=cache,target=/root/.cache/uv``)."""
+
+    type: str
+    target: str
+    options: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, spec: str) -> Mount:
+        opts: dict[str, str] = {}
+        for part in spec.split(","):
+            key, _, value = part.partition("=")
+            opts[key.strip().lower()] = value.strip()
+        target = opts.get("target") or opts.get("dst") or opts.get("destination") or ""
+        return cls(type=opts.get("type", "bind"), target=target, options=opts)
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    name: str | None  # the ``AS`` name, lower-cased as BuildKit does
+    image: str  # as written after FROM
+    resolved_image: str | None  # with global ARG defaults substituted; None if unresolvable
+    parent: int | None  # index of the stage this one builds on (``FROM builder``)
+    from_instruction: Instruction
+    instructions: tuple[Instruction, ...]  # after the FROM
+
+    @property
+    def line(self) -> int:
+        return self.from_instruction.line
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name else f"#{self.index}"
+
+    def copies_from(self) -> tuple[str, ...]:
+        """The ``--from`` references of this stage's COPY/ADD instructions, in order."""
+        return tuple(v for i in self.instructions if i.keyword in ("COPY", "ADD") for v in i.flag_values("from"))
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """Shell text with the file line of each of its lines."""
+
+    text: str
+    lines: tuple[int, ...]  # lines[i] = line of the file for text line i
+    instruction: Instruction | None = None
+    #: number of leading words that are not the command (``RUN`` and its flags)
+    skip_words: int = 0
+
+    def file_line(self, index: int) -> int:
+        if not self.lines:
+            return 1
+        return self.lines[min(index, len(self.lines) - 1)]
+
+
+@dataclass(frozen=True)
+class Dockerfile:
+    path: str
+    lines: tuple[str, ...]
+    directives: Mapping[str, str]
+    escape: str
+    preamble: tuple[Instruction, ...]  # ARGs before the first FROM
+    stages: tuple[Stage, ...]
+    global_args: Mapping[str, str | None] = field(default_factory=dict)
+
+    kind: Literal["dockerfile"] = "dockerfile"
+
+    def instructions(self) -> Iterator[Instruction]:
+        yield from self.preamble
+        for s in self.stages:
+            yield s.from_instruction
+            yield from s.instructions
+
+    def stage_ref(self, ref: str, before: int | None = None) -> Stage | None:
+        """The stage a ``FROM``/``--from`` reference names (by name or index), if any."""
+        limit = len(self.stages) if before is None else before
+        low = ref.lower()
+        for s in self.stages[:limit]:
+            if s.name == low:
+                return s
+        if ref.isdigit() and int(ref) < limit:
+            return self.stages[int(ref)]
+        return None
+
+    def chain(self, stage: Stage) -> tuple[Stage, ...]:
+        """The stage and the stages it builds on, root first."""
+        out = [stage]
+        cur = stage
+        while cur.parent is not None:
+            cur = self.stages[cur.parent]
+            out.append(cur)
+        return tuple(reversed(out))
+
+    def base_image(self, stage: Stage) -> str | None:
+        """The external image at the root of a stage's chain (None if it cannot be resolved)."""
+        return self.chain(stage)[0].resolved_image
+
+    def final_stage(self, target: str | None = None) -> Stage:
+        """The stage ``docker build`` produces: the last one, or ``--target``."""
+        if target is None:
+            return self.stages[-1]
+        s = self.stage_ref(target)
+        if s is None:
+            names = ", ".join(st.label for st in self.stages)
+            raise InputError(
+                f"{self.path}: there is no stage named {target!r} (stages: {names})",
+                hint="Pass --target with one of the stage names, or leave it out to lint the last stage.",
+            )
+        return s
+
+    def stage_of(self, ins: Instruction) -> Stage | None:
+        return self.stages[ins.stage] if ins.stage >= 0 else None
+
+    def snippet(self, ins: Instruction) -> Snippet | None:
+        """The shell text of a shell-form RUN/CMD/ENTRYPOINT header (heredoc bodies excluded)."""
+        keyword = ins.sub_keyword or ins.keyword
+        if keyword not in ("RUN", "CMD", "ENTRYPOINT") or ins.exec_form:
+            if ins.exec_form and keyword in ("RUN", "CMD", "ENTRYPOINT"):
+                return Snippet(shlex.join(ins.args), (ins.line,), ins, 0)
+            return None
+        if self.escape != "\\":
+            # A shell does not treat the escape character as a continuation: use the joined text.
+            return Snippet(" ".join(ins.args), (ins.line,), ins, 0)
+        kept: list[str] = []
+        nums: list[int] = []
+        last = _header_end(self.lines, ins.line, self.escape) if ins.heredocs else ins.end_line
+        for n in range(ins.line, last + 1):
+            raw = self.lines[n - 1]
+            stripped = raw.strip()
+            if n > ins.line and (not stripped or stripped.startswith("#")):
+                continue  # BuildKit drops comment and empty lines inside a continuation
+            kept.append(raw)
+            nums.append(n)
+        skip = 1 + len(ins.flags) + (1 if ins.keyword == "ONBUILD" else 0)
+        return Snippet("\n".join(kept), tuple(nums), ins, skip)
+
+    def heredoc_snippets(self, ins: Instruction) -> list[Snippet]:
+        """Heredoc bodies that a shell runs (``RUN <<EOF`` or ``RUN bash <<EOF``), or scripts
+        written by ``COPY <<EOF x.sh``."""
+        out: list[Snippet] = []
+        if not ins.heredocs:
+            return out
+        header = " ".join(ins.args).strip()
+        for h in ins.heredocs:
+            body_is_shell = False
+            if ins.keyword == "RUN":
+                prog = re.sub(_HEREDOC_MARK, "", header).strip()
+                body_is_shell = prog == "" or bool(
+                    re.fullmatch(r"(/usr)?(/bin/)?(ba|da)?sh(\s+-[a-z]+)*", prog)
+                )
+            elif ins.keyword in ("COPY", "ADD"):
+                dest = ins.args[-1] if ins.args else ""
+                body_is_shell = dest.endswith((".sh", ".bash")) or _shebang_is_shell(h.content)
+            if body_is_shell:
+                n = h.content.count("\n") or 1
+                out.append(Snippet(h.content, tuple(range(h.line, h.line + n)), ins, 0))
+        return out
+
+
+@dataclass(frozen=True)
+class Script:
+    path: str
+    lines: tuple[str, ...]
+    kind: Literal["script"] = "script"
+
+    def snippet(self) -> Snippet:
+        return Snippet("\n".join(self.lines), tuple(range(1, len(self.lines) + 1)), None, 0)
+
+
+Source = Dockerfile | Script
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing
+
+
+def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
+    """Parse Dockerfile text. Raises :class:`InputError` on anything ``docker build`` rejects."""
+    _check_text(text, path)
+    lines = tuple(text.splitlines())
+    directives = _directives(lines)
+    escape = directives.get("escape", "\\")
+    if escape not in ("\\", "`"):
+        raise InputError(
+            f"{path}:1: the escape directive must be '\\' or '`', not {escape!r}",
+            hint="Fix or remove the '# escape=' line at the top of the file.",
+        )
+    try:
+        commands = _goparser.parse_string(text)
+    except _goparser.GoParseError as e:
+        msg = str(e)
+        if "heredoc" in msg:
+            _check_heredocs(lines, path, escape)  # raises with the line that opened it
+        if "no instructions" in msg:
+            raise InputError(
+                f"{path}: the file has no instructions (it is empty or only comments)",
+                hint="Lint a Dockerfile that has at least a FROM line.",
+            ) from None
+        raise InputError(
+            f"{path}: BuildKit's parser rejects this file: {msg}",
+            hint="Fix the syntax; `docker build` would fail the same way.",
+        ) from None
+
+    preamble: list[Instruction] = []
+    stages: list[Stage] = []
+    current: list[Instruction] = []
+    global_args: dict[str, str | None] = {}
+    pending_from: Instruction | None = None
+
+    def close_stage() -> None:
+        if pending_from is None:
+            return
+        stages.append(_make_stage(len(stages), pending_from, tuple(current), stages, global_args, path))
+
+    for c in commands:
+        keyword = c.cmd.upper()
+        if keyword not in KNOWN_INSTRUCTIONS:
+            raise InputError(
+                f"{path}:{c.start_line}: unknown instruction {c.cmd!r}",
+                hint="Check the spelling; if this is not a Dockerfile, lint it as a script (name it *.sh).",
+            )
+        stage_index = len(stages) if pending_from is not None else -1
+        if keyword == "FROM":
+            close_stage()
+            stage_index = len(stages)
+        ins = Instruction(
+            keyword=keyword,
+            args=tuple(c.value),
+            flags=tuple(c.flags),
+            exec_form=bool(c.json),
+            heredocs=_heredocs(c, lines, escape),
+            line=c.start_line,
+            end_line=c.end_line,
+            original=c.original,
+            stage=stage_index,
+            sub_keyword=c.sub_cmd.upper() if c.sub_cmd else None,
+        )
+        if keyword == "FROM":
+            pending_from = ins
+            current = []
+        elif pending_from is None:
+            if keyword != "ARG":
+                raise InputError(
+                    f"{path}:{ins.line}: {keyword} before the first FROM (only ARG may come before FROM)",
+                    hint="Start the Dockerfile with FROM (optionally preceded by ARG lines).",
+                )
+            preamble.append(ins)
+            for name, value in arg_pairs(ins):
+                global_args[name] = value
+        else:
+            current.append(ins)
+    close_stage()
+    if not stages:
+        raise InputError(f"{path}: the file has no FROM instruction", hint="A Dockerfile needs a FROM line.")
+    return Dockerfile(
+        path=path,
+        lines=lines,
+        directives=directives,
+        escape=escape,
+        preamble=tuple(preamble),
+        stages=tuple(stages),
+        global_args=global_args,
+    )
+
+
+def parse_script(text: str, path: str = "script.sh") -> Script:
+    _check_text(text, path)
+    if not text.strip():
+        raise InputError(f"{path}: the script is empty", hint="Lint a non-empty shell script.")
+    return Script(path=path, lines=tuple(text.splitlines()))
+
+
+def read_source(path: Path, kind: FileKind | None = None, display: str | None = None) -> Source:
+    """Read and parse one file. ``kind`` None: guess from the name and the first line."""
+    name = display or str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file", hint="Check the path.") from None
+    except IsADirectoryError:
+        raise InputError(f"{name} is a directory", hint="Pass files, or a folder to search.") from None
+    except OSError as e:
+        raise InputError(f"{name}: cannot be read ({e.strerror})", hint="Check its permissions.") from None
+    text = decode(data, name)
+    if kind is None:
+        kind = guess_kind(path, text)
+    return parse_script(text, name) if kind == "script" else parse_dockerfile(text, name)
+
+
+def decode(data: bytes, name: str) -> str:
+    """Bytes → text; binary data gives a clear :class:`InputError`."""
+    if b"\x00" in data[:8192]:
+        raise InputError(
+            f"{name}: this is a binary file, not a Dockerfile (it contains NUL bytes)",
+            hint="Pass the Dockerfile (a text file), not a build output or an image.",
+        )
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(
+            f"{name}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+            hint="Dockerfiles are read as UTF-8: re-encode the file, or pass the right one.",
+        ) from None
+
+
+DOCKERFILE_NAME = re.compile(r"(?i)^(dockerfile|containerfile)([._-].*)?$|.*\.(dockerfile|containerfile)$")
+SCRIPT_SUFFIXES = (".sh", ".bash")
+
+
+def guess_kind(path: Path, text: str) -> FileKind:
+    if path.name.endswith(SCRIPT_SUFFIXES) and not DOCKERFILE_NAME.match(path.name):
+        return "script"
+    if not DOCKERFILE_NAME.match(path.name) and _shebang_is_shell(text):
+        return "script"
+    return "dockerfile"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def arg_pairs(ins: Instruction) -> list[tuple[str, str | None]]:
+    """``ARG A B=2`` → [("A", None), ("B", "2")] (quotes removed)."""
+    out: list[tuple[str, str | None]] = []
+    for item in ins.args:
+        name, eq, value = item.partition("=")
+        out.append((name, unquote(value) if eq else None))
+    return out
+
+
+def env_pairs(ins: Instruction) -> list[tuple[str, str]]:
+    """``ENV A=1 B="x y"`` → [("A", "1"), ("B", "x y")]. The Go parser gives key, value, ..."""
+    vals = ins.args
+    return [(vals[i], unquote(vals[i + 1])) for i in range(0, len(vals) - 1, 2)]
+
+
+def unquote(value: str) -> str:
+    """Remove Dockerfile word quoting (``"x y"`` → ``x y``, ``a\\ b`` → ``a b``); keep ``$VAR``."""
+    if not any(ch in value for ch in "\"'\\"):
+        return value
+    try:
+        parts = shlex.split(value, posix=True)
+    except ValueError:
+        return value
+    return " ".join(parts)
+
+
+def substitute(text: str, values: Mapping[str, str | None]) -> str | None:
+    """Replace ``$NAME`` / ``${NAME}`` / ``${NAME:-default}``; None if a value is unknown."""
+    unresolved = False
+
+    def repl(m: re.Match[str]) -> str:
+        nonlocal unresolved
+        name = m.group(1) or m.group(2)
+        value = values.get(name)
+        if value is None:
+            inner = m.group(0)
+            dm = re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}", inner)
+            if dm:
+                return dm.group(1)
+            unresolved = True
+            return inner
+        return value
+
+    out = _VAR.sub(repl, text)
+    return None if unresolved else out
+
+
+def _make_stage(
+    index: int,
+    from_ins: Instruction,
+    body: tuple[Instruction, ...],
+    earlier: Sequence[Stage],
+    global_args: Mapping[str, str | None],
+    path: str,
+) -> Stage:
+    words = list(from_ins.args)
+    if not words:
+        raise InputError(f"{path}:{from_ins.line}: FROM without an image", hint="Write FROM <image>[:tag].")
+    image = words[0]
+    name = None
+    if len(words) >= 3 and words[1].lower() == "as":
+        name = words[2].lower()
+    resolved = substitute(image, global_args)
+    parent = None
+    if resolved is not None:
+        for s in earlier:
+            if s.name is not None and s.name == resolved.lower():
+                parent = s.index
+    return Stage(
+        index=index,
+        name=name,
+        image=image,
+        resolved_image=resolved,
+        parent=parent,
+        from_instruction=from_ins,
+        instructions=body,
+    )
+
+
+def _directives(lines: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for raw in lines:
+        m = _DIRECTIVE.fullmatch(raw.strip()) if raw.strip().startswith("#") else None
+        if not m:
+            break
+        key = m.group(1).lower()
+        if key in out:
+            break  # a repeated directive is treated as a comment by BuildKit
+        out[key] = m.group(2)
+    return out
+
+
+def _header_end(lines: Sequence[str], start: int, escape: str) -> int:
+    """Last line of an instruction's logical line (before any heredoc body)."""
+    n = start
+    while n <= len(lines) and lines[n - 1].rstrip().endswith(escape):
+        n += 1
+        while n <= len(lines) and lines[n - 1].strip().startswith("#"):
+            n += 1
+    return min(n, len(lines))
+
+
+def _heredocs(c: Any, lines: Sequence[str], escape: str) -> tuple[Heredoc, ...]:
+    if not c.heredocs:
+        return ()
+    header = "\n".join(lines[c.start_line - 1 : _header_end(lines, c.start_line, escape)])
+    strip = {m.group(3): m.group(1) == "-" for m in _HEREDOC_MARK.finditer(header)}
+    body = _header_end(lines, c.start_line, escape) + 1
+    out = []
+    for h in c.heredocs:
+        out.append(Heredoc(h.name, h.content, body, strip.get(h.name, False)))
+        body += h.content.count("\n") + 1  # the body lines and the terminator
+    return tuple(out)
+
+
+def _check_heredocs(lines: Sequence[str], path: str, escape: str) -> None:
+    """Find an unterminated heredoc ourselves, to say which line opened it.
+
+    The Go parser only says "unterminated heredoc"; we walk the lines the way it does: an
+    instruction line (not a comment) that has ``<<NAME`` markers opens bodies that end at a line
+    equal to NAME (leading tabs removed for ``<<-``).
+    """
+    i = 0
+    n = len(lines)
+    while i < n:
+        raw = lines[i]
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            i += 1
+            continue
+        start = i
+        # the logical line: follow continuations
+        while i < n and lines[i].rstrip().endswith(escape):
+            i += 1
+        header = "\n".join(lines[start : i + 1])
+        keyword = header.split(None, 1)[0].upper() if header.split() else ""
+        marks = list(_HEREDOC_MARK.finditer(header)) if keyword in ("RUN", "COPY", "ADD", "ONBUILD") else []
+        i += 1
+        for m in marks:
+            name, dash = m.group(3), m.group(1) == "-"
+            while i < n:
+                body_line = lines[i].lstrip("\t") if dash else lines[i]
+                i += 1
+                if body_line == name:
+                    break
+            else:
+                line_no = start + 1 + header[: m.start()].count("\n")
+                raise InputError(
+                    f"{path}:{line_no}: heredoc <<{name} is never closed (no line '{name}' follows)",
+                    hint=f"End the heredoc with a line that holds only {name}.",
+                )
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise InputError(
+            f"{path}: this is a binary file, not a Dockerfile (it contains NUL bytes)",
+            hint="Pass the Dockerfile (a text file), not a build output or an image.",
+        )
+    if not text.strip():
+        raise InputError(
+            f"{path}: the file is empty",
+            hint="Lint a Dockerfile that has at least a FROM line.",
+        )
+
+
+def _shebang_is_shell(text: str) -> bool:
+    first = text.split("\n", 1)[0]
+    return bool(re.match(r"#!\s*(/usr)?/bin/(env\s+)?(ba|da|z)?sh\b", first))

@@ -1,0 +1,517 @@
+"""Just enough shell to lint ``RUN`` lines and scripts: words, operators, simple commands, and
+what a ``pip``/``uv``/``apt-get``/``setup.py`` command does.
+
+Our own small tokenizer: ``shlex`` (stdlib) splits words but loses the line of each word and
+whether two words touched (``A=8.0;9.0`` vs ``A=8.0; 9.0``), which the rules need; a full bash
+grammar is not needed. Handled: single/double quotes, backslash escapes and line continuations,
+``$(...)``/backticks/``${...}`` kept inside a word, comments, the operators ``&& || ; | & ( )``,
+redirections (their target word is dropped), and here-document bodies (skipped: they are data).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from torchkiln.lint.model import Snippet
+
+TokenKind = Literal["word", "op", "redir"]
+
+_OPS = ("&&", "||", ";;", "|&", ";", "|", "&", "(", ")")
+_REDIRS = ("<<<", "<<-", "<<", ">>", ">&", "<&", "&>>", "&>", ">|", "<>", ">", "<")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: TokenKind
+    text: str  # the value: quotes removed, escapes resolved
+    raw: str  # as written
+    index: int  # text line index inside the snippet
+    start: int  # offset in the snippet text
+    end: int
+    quoted: bool = False
+
+
+def tokenize(text: str) -> list[Token]:
+    """Split shell text into words, operators and redirections (with a newline operator)."""
+    toks: list[Token] = []
+    i, n = 0, len(text)
+    line = 0
+    pending_heredocs: list[tuple[str, bool]] = []
+
+    while i < n:
+        ch = text[i]
+        if ch in " \t\r":
+            i += 1
+            continue
+        if ch == "\\" and i + 1 < n and text[i + 1] == "\n":
+            i += 2
+            line += 1
+            continue
+        if ch == "\n":
+            toks.append(Token("op", "\n", "\n", line, i, i + 1))
+            i += 1
+            line += 1
+            if pending_heredocs:
+                i, skipped = _skip_heredocs(text, i, pending_heredocs)
+                line += skipped
+                pending_heredocs = []
+            continue
+        if ch == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        op = next((o for o in _REDIRS if text.startswith(o, i)), None)
+        if op is not None:
+            toks.append(Token("redir", op, op, line, i, i + len(op)))
+            i += len(op)
+            if op in ("<<", "<<-"):  # the next word is a here-document delimiter
+                j = _skip_blank(text, i)
+                word, i2, quoted, nl = _read_word(text, j)
+                if word:
+                    pending_heredocs.append((word, op == "<<-"))
+                    toks.append(Token("word", word, text[j:i2], line, j, i2, quoted))
+                    line += nl
+                    i = i2
+            continue
+        op = next((o for o in _OPS if text.startswith(o, i)), None)
+        if op is not None:
+            toks.append(Token("op", op, op, line, i, i + len(op)))
+            i += len(op)
+            continue
+        start = i
+        word, i, quoted, nl = _read_word(text, i)
+        # "2>" and "2>&1": a number touching a redirection is part of it
+        if word.isdigit() and not quoted and i < n and text[i] in "<>":
+            continue
+        toks.append(Token("word", word, text[start:i], line, start, i, quoted))
+        line += nl
+    return toks
+
+
+def _skip_blank(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    return i
+
+
+def _skip_heredocs(text: str, i: int, docs: Sequence[tuple[str, bool]]) -> tuple[int, int]:
+    lines = 0
+    for delim, strip_tabs in docs:
+        while i < len(text):
+            end = text.find("\n", i)
+            if end < 0:
+                end = len(text)
+            body_line = text[i:end]
+            i = end + 1
+            lines += 1
+            if (body_line.lstrip("\t") if strip_tabs else body_line) == delim:
+                break
+    return min(i, len(text)), lines
+
+
+def _read_word(text: str, i: int) -> tuple[str, int, bool, int]:
+    """Read one word from ``i``; returns (value, end, quoted, newlines inside)."""
+    out: list[str] = []
+    n = len(text)
+    quoted = False
+    newlines = 0
+    while i < n:
+        ch = text[i]
+        if ch in " \t\r\n;&|()<>":
+            break
+        if ch == "\\":
+            if i + 1 < n:
+                if text[i + 1] == "\n":
+                    newlines += 1
+                else:
+                    out.append(text[i + 1])
+                i += 2
+            else:
+                i += 1
+            continue
+        if ch == "'":
+            end = text.find("'", i + 1)
+            end = n if end < 0 else end
+            out.append(text[i + 1 : end])
+            newlines += text.count("\n", i, end)
+            quoted = True
+            i = end + 1
+            continue
+        if ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                if text[j] == "\\" and j + 1 < n and text[j + 1] in '"\\$`\n':
+                    if text[j + 1] != "\n":
+                        out.append(text[j + 1])
+                    j += 2
+                    continue
+                out.append(text[j])
+                j += 1
+            newlines += text.count("\n", i, j)
+            quoted = True
+            i = j + 1
+            continue
+        if ch == "$" and i + 1 < n and text[i + 1] in "({":
+            close = ")" if text[i + 1] == "(" else "}"
+            j = _match(text, i + 1, text[i + 1], close)
+            out.append(text[i:j])
+            newlines += text.count("\n", i, j)
+            i = j
+            continue
+        if ch == "`":
+            end = text.find("`", i + 1)
+            end = n if end < 0 else end + 1
+            out.append(text[i:end])
+            i = end
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out), i, quoted, newlines
+
+
+def _match(text: str, i: int, open_: str, close: str) -> int:
+    depth = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == open_:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c in "'\"":
+            end = text.find(c, i + 1)
+            i = n if end < 0 else end
+        i += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+_PREFIX_WORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time"})
+_SKIP_COMMANDS = frozenset({"fi", "done", "esac", "for", "case", "in"})
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple command: ``A=1 B=2 sudo -E pip install x`` → assignments A, B; words pip ..."""
+
+    words: tuple[Token, ...]
+    assignments: tuple[Token, ...]
+    line: int  # line of the file
+    snippet: Snippet | None = None
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return tuple(t.text for t in self.words)
+
+    @property
+    def name(self) -> str:
+        return self.argv[0].rsplit("/", 1)[-1] if self.words else ""
+
+    def assigned(self) -> dict[str, str]:
+        return dict(split_assignment(t.text) for t in self.assignments)  # type: ignore[misc]
+
+
+def split_assignment(word: str) -> tuple[str, str] | None:
+    m = _ASSIGN.match(word)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def commands(snippet: Snippet) -> list[Command]:
+    """The simple commands of a snippet, in order (leading ``RUN`` and flags skipped)."""
+    toks = tokenize(snippet.text)
+    # drop the instruction keyword and its flags
+    skip = snippet.skip_words
+    while skip and toks and toks[0].kind == "word":
+        toks.pop(0)
+        skip -= 1
+    out: list[Command] = []
+    cur: list[Token] = []
+    drop_next = False
+    for t in toks:
+        if t.kind == "redir":
+            drop_next = True
+            continue
+        if t.kind == "op":
+            drop_next = False
+            if cur:
+                out.extend(_make_command(cur, snippet))
+            cur = []
+            continue
+        if drop_next:
+            drop_next = False
+            continue
+        cur.append(t)
+    if cur:
+        out.extend(_make_command(cur, snippet))
+    return out
+
+
+def _make_command(words: list[Token], snippet: Snippet) -> list[Command]:
+    i = 0
+    while i < len(words) and words[i].text in _PREFIX_WORDS and not words[i].quoted:
+        i += 1
+    assigns: list[Token] = []
+    while i < len(words) and _ASSIGN.match(words[i].raw):
+        assigns.append(words[i])
+        i += 1
+    # wrappers that run the rest: sudo [-opts], env [-opts] [A=B...], exec, nohup, command, nice
+    while i < len(words):
+        w = words[i].text.rsplit("/", 1)[-1]
+        if w in ("sudo", "exec", "nohup", "command", "nice", "eatmydata", "xargs", "stdbuf"):
+            i += 1
+            while i < len(words) and words[i].text.startswith("-"):
+                takes = w == "sudo" and words[i].text in ("-u", "-g", "-C", "-D", "-h", "-p", "-U")
+                i += 2 if takes else 1
+            continue
+        if w == "env":
+            i += 1
+            while i < len(words) and (words[i].text.startswith("-") or _ASSIGN.match(words[i].raw)):
+                if _ASSIGN.match(words[i].raw):
+                    assigns.append(words[i])
+                i += 1
+            continue
+        break
+    rest = tuple(words[i:])
+    if rest and rest[0].text in _SKIP_COMMANDS:
+        return []
+    first = rest[0] if rest else (assigns[0] if assigns else words[0])
+    return [Command(rest, tuple(assigns), snippet.file_line(first.index), snippet)]
+
+
+@dataclass
+class ShellEnv:
+    """Variables a shell exports to the commands it runs, as a snippet goes on."""
+
+    exported: dict[str, str | None] = field(default_factory=dict)
+
+    def apply(self, cmd: Command) -> None:
+        if cmd.name in ("export", "declare", "typeset", "readonly") and cmd.words:
+            for t in cmd.words[1:]:
+                pair = split_assignment(t.text)
+                if pair:
+                    self.exported[pair[0]] = pair[1]
+                elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.text):
+                    self.exported.setdefault(t.text, None)
+        elif cmd.name == "unset":
+            for t in cmd.words[1:]:
+                self.exported.pop(t.text, None)
+
+    def for_command(self, cmd: Command) -> dict[str, str | None]:
+        env: dict[str, str | None] = dict(self.exported)
+        env.update(cmd.assigned())
+        return env
+
+
+def walk(snippet: Snippet, initial: Mapping[str, str | None] | None = None) -> Iterator[
+    tuple[Command, dict[str, str | None]]
+]:
+    """Each command of a snippet with the environment it runs in (``initial`` + exports + prefix)."""
+    env = ShellEnv(dict(initial or {}))
+    for cmd in commands(snippet):
+        yield cmd, env.for_command(cmd)
+        env.apply(cmd)
+
+
+# ---------------------------------------------------------------------------------------------
+# package installers
+
+ReqKind = Literal["name", "path", "vcs", "url", "wheel", "unknown"]
+
+
+@dataclass(frozen=True)
+class Req:
+    text: str
+    kind: ReqKind
+    name: str | None  # canonical project name when known
+
+
+def parse_req(text: str, editable: bool = False) -> Req:
+    t = text.strip()
+    if t.startswith(("git+", "hg+", "svn+", "bzr+")):
+        return Req(t, "vcs", _egg_name(t))
+    if re.match(r"^[a-z]+://", t):
+        if t.endswith(".whl"):
+            return Req(t, "wheel", _wheel_name(t))
+        return Req(t, "url", _egg_name(t))
+    if t.endswith(".whl"):
+        return Req(t, "wheel", _wheel_name(t))
+    if editable or t in (".", "..") or t.startswith(("./", "../", "/", "~")) or (
+        "/" in t and " @ " not in t and "@" not in t
+    ):
+        return Req(t, "path", None)
+    if "$" in t:
+        return Req(t, "unknown", None)
+    try:
+        r = Requirement(t)
+    except InvalidRequirement:
+        return Req(t, "unknown", None)
+    name = canonicalize_name(r.name)
+    if r.url:
+        return Req(t, "vcs" if "+" in r.url.split("://", 1)[0] else "url", name)
+    return Req(t, "name", name)
+
+
+def _egg_name(url: str) -> str | None:
+    m = re.search(r"[#&]egg=([A-Za-z0-9_.-]+)", url)
+    return canonicalize_name(m.group(1)) if m else None
+
+
+def _wheel_name(url: str) -> str | None:
+    base = url.rsplit("/", 1)[-1]
+    return canonicalize_name(base.split("-", 1)[0]) if "-" in base else None
+
+
+InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py"]
+
+# pip / uv options that take a value (long names; short ones are mapped first)
+_VALUE_OPTS = frozenset(
+    {
+        "--requirement", "--constraint", "--constraints", "--editable", "--index-url", "--extra-index-url",
+        "--find-links", "--target", "--prefix", "--root", "--src", "--upgrade-strategy", "--progress-bar",
+        "--cache-dir", "--log", "--python", "--python-version", "--platform", "--implementation", "--abi",
+        "--no-binary", "--only-binary", "--config-settings", "--global-option", "--build-option",
+        "--install-option", "--index", "--default-index", "--extra", "--group", "--torch-backend",
+        "--build-constraints", "--build-constraint", "--overrides", "--override", "--prerelease",
+        "--resolution", "--exclude-newer", "--link-mode", "--keyring-provider", "--reinstall-package",
+        "--no-build-isolation-package", "--refresh-package", "--upgrade-package", "--index-strategy",
+        "--trusted-host", "--proxy", "--retries", "--timeout", "--exists-action", "--cert", "--client-cert",
+        "--report", "--python-platform", "--directory", "--project", "--package", "--no-binary-package",
+        "--no-build-package", "--config-file", "--cache", "--name", "--prefix-dir", "--channel", "--file",
+    }
+)  # fmt: skip
+_SHORT = {
+    "-r": "--requirement", "-c": "--constraint", "-e": "--editable", "-i": "--index-url",
+    "-f": "--find-links", "-t": "--target", "-U": "--upgrade", "-n": "--no-cache", "-p": "--python",
+    "-P": "--upgrade-package", "-b": "--build-constraints", "-C": "--config-settings", "-q": "--quiet",
+    "-v": "--verbose", "-y": "--yes", "-I": "--ignore-installed",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Install:
+    """A package install or build: ``pip install``, ``uv pip install``, ``uv sync``, ``apt-get
+    install``, ``conda install``, ``python setup.py install``..."""
+
+    tool: InstallTool
+    sub: str  # install / wheel / sync / add / build_ext / bdist_wheel / develop
+    command: Command
+    options: Mapping[str, tuple[str, ...]]
+    reqs: tuple[Req, ...]
+    env: Mapping[str, str | None]
+
+    def has(self, *names: str) -> bool:
+        return any(n in self.options for n in names)
+
+    def values(self, *names: str) -> tuple[str, ...]:
+        return tuple(v for n in names for v in self.options.get(n, ()))
+
+    @property
+    def line(self) -> int:
+        return self.command.line
+
+    @property
+    def names(self) -> set[str]:
+        return {r.name for r in self.reqs if r.name}
+
+
+def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
+    """Recognize a package install/build command; None for anything else."""
+    argv = list(cmd.argv)
+    if not argv:
+        return None
+    prog = argv[0].rsplit("/", 1)[-1]
+    # python -m pip ..., python3.11 -m pip, python -m uv
+    if re.fullmatch(r"python(\d(\.\d+)?)?", prog):
+        if len(argv) >= 3 and argv[1] == "-m" and argv[2] in ("pip", "uv"):
+            argv = argv[2:]
+            prog = argv[0]
+        elif len(argv) >= 3 and argv[1].endswith("setup.py"):
+            sub = next((a for a in argv[2:] if not a.startswith("-")), "")
+            if sub in ("install", "develop", "build", "build_ext", "bdist_wheel", "bdist_egg"):
+                return Install("setup.py", sub, cmd, _opts(argv[2:])[0], (), env)
+            return None
+        else:
+            return None
+    if re.fullmatch(r"pip(\d(\.\d+)?)?", prog):
+        if len(argv) >= 2 and argv[1] in ("install", "wheel", "download"):
+            opts, pos = _opts(argv[2:])
+            return Install("pip", argv[1], cmd, opts, _reqs(opts, pos), env)
+        return None
+    if prog == "uv":
+        rest = argv[1:]
+        if rest[:2] in (["pip", "install"], ["pip", "sync"]):
+            opts, pos = _opts(rest[2:])
+            return Install("uv", rest[1], cmd, opts, _reqs(opts, pos), env)
+        if rest[:1] in (["sync"], ["add"]):
+            opts, pos = _opts(rest[1:])
+            return Install("uv", rest[0], cmd, opts, _reqs(opts, pos), env)
+        return None
+    if prog in ("apt-get", "apt", "aptitude") and "install" in argv[1:]:
+        opts, pos = _opts(argv[1:])
+        pkgs = tuple(Req(p, "name", p) for p in pos if p != "install")
+        return Install("apt", "install", cmd, opts, pkgs, env)
+    if prog in ("conda", "mamba", "micromamba") and len(argv) >= 2 and argv[1] in ("install", "create"):
+        opts, pos = _opts(argv[2:])
+        pkgs = tuple(Req(p, "name", canonicalize_name(re.split(r"[=<>!]", p, maxsplit=1)[0])) for p in pos)
+        return Install("conda", argv[1], cmd, opts, pkgs, env)
+    return None
+
+
+def _opts(args: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    opts: dict[str, list[str]] = {}
+    pos: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            pos.extend(args[i + 1 :])
+            break
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            if eq:
+                opts.setdefault(name, []).append(value)
+            elif name in _VALUE_OPTS and i + 1 < len(args):
+                opts.setdefault(name, []).append(args[i + 1])
+                i += 1
+            else:
+                opts.setdefault(name, [])
+        elif a.startswith("-") and len(a) >= 2:
+            short, attached = a[:2], a[2:]
+            name = _SHORT.get(short, short)
+            if name in _VALUE_OPTS:
+                if attached:
+                    opts.setdefault(name, []).append(attached.lstrip("="))
+                elif i + 1 < len(args):
+                    opts.setdefault(name, []).append(args[i + 1])
+                    i += 1
+            else:
+                # bundled flags such as -qU
+                for c in a[1:]:
+                    opts.setdefault(_SHORT.get("-" + c, "-" + c), [])
+        else:
+            pos.append(a)
+        i += 1
+    return {k: tuple(v) for k, v in opts.items()}, pos
+
+
+def _reqs(opts: Mapping[str, Sequence[str]], pos: Iterable[str]) -> tuple[Req, ...]:
+    out = [parse_req(p) for p in pos]
+    out += [parse_req(e, editable=True) for e in opts.get("--editable", ())]
+    return tuple(out)
+
+
+def shell_words(snippets: Iterable[Snippet]) -> Iterator[tuple[Command, Snippet]]:
+    for s in snippets:
+        for c in commands(s):
+            yield c, s
