@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "resolve",
     "render",
     "explain",
+    "lint",
 )
 
 for _name in COMMAND_MODULES:
