@@ -20,6 +20,7 @@ from torchkiln.lint.model import (
     Dockerfile,
     FileKind,
     Source,
+    decode,
     parse_dockerfile,
     parse_script,
     read_source,
@@ -142,16 +143,29 @@ def discover(paths: Sequence[Path]) -> list[tuple[Path, FileKind | None]]:
     return out
 
 
-def lint_paths(paths: Sequence[Path], config: LintConfig | None = None) -> LintReport:
-    """Lint files and folders. Unreadable or malformed files become :class:`FileError` entries."""
+STDIN = Path("-")
+
+
+def lint_paths(paths: Sequence[Path], config: LintConfig | None = None, stdin: bytes | None = None) -> LintReport:
+    """Lint files and folders (``-`` = the Dockerfile given as ``stdin``).
+
+    Unreadable or malformed files become :class:`FileError` entries; the others are still linted.
+    """
     config = config or LintConfig()
     files: list[str] = []
     findings: list[Finding] = []
     errors: list[FileError] = []
-    for path, kind in discover(paths):
-        display = _display(path)
+    targets: list[tuple[Path, FileKind | None]] = discover([p for p in paths if p != STDIN])
+    if STDIN in paths:
+        targets.append((STDIN, "dockerfile"))
+    for path, kind in targets:
+        display = "<stdin>" if path == STDIN else _display(path)
         try:
-            source = read_source(path, kind, display)
+            if path == STDIN:
+                text = decode(stdin or b"", display)
+                source: Source = parse_dockerfile(text, display)
+            else:
+                source = read_source(path, kind, display)
             findings.extend(lint_source(source, config))
             files.append(display)
         except InputError as e:

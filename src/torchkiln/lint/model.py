@@ -243,9 +243,7 @@ class Dockerfile:
             body_is_shell = False
             if ins.keyword == "RUN":
                 prog = re.sub(_HEREDOC_MARK, "", header).strip()
-                body_is_shell = prog == "" or bool(
-                    re.fullmatch(r"(/usr)?(/bin/)?(ba|da)?sh(\s+-[a-z]+)*", prog)
-                )
+                body_is_shell = prog == "" or bool(re.fullmatch(r"(/usr)?(/bin/)?(ba|da)?sh(\s+-[a-z]+)*", prog))
             elif ins.keyword in ("COPY", "ADD"):
                 dest = ins.args[-1] if ins.args else ""
                 body_is_shell = dest.endswith((".sh", ".bash")) or _shebang_is_shell(h.content)

@@ -330,8 +330,7 @@ _NONROOT_BASE = re.compile(r"nonroot|distroless.*:nonroot|^cgr\.dev/", re.I)
         "for the container has been created')"
     ),
     fix=(
-        "Create a user in the final stage and switch to it: "
-        "`RUN useradd --create-home --uid 1000 app` then `USER app`."
+        "Create a user in the final stage and switch to it: `RUN useradd --create-home --uid 1000 app` then `USER app`."
     ),
 )
 def runs_as_root(ctx: Context) -> Iterator[Hit]:
@@ -435,8 +434,7 @@ def secrets_in_arg_env(ctx: Context) -> Iterator[Hit]:
                 if cred:
                     yield Hit(
                         ins.line,
-                        f"{ins.keyword} {name} holds a URL with credentials ({_mask(cred)}@…), "
-                        "stored in the image",
+                        f"{ins.keyword} {name} holds a URL with credentials ({_mask(cred)}@…), stored in the image",
                     )
                 elif TOKEN_SHAPES.search(value):
                     tok = TOKEN_SHAPES.search(value)
@@ -582,9 +580,7 @@ def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | No
                 if r.name.startswith("torch-") and inst.has("--find-links"):
                     continue  # PyG's prebuilt wheels
                 return r.name
-            if r.name == "deepspeed" and any(
-                k.startswith("DS_BUILD_") and _env_true(env, k) for k in env
-            ):
+            if r.name == "deepspeed" and any(k.startswith("DS_BUILD_") and _env_true(env, k) for k in env):
                 return "deepspeed"
             if r.name == "xformers" and ("xformers" in no_binary or ":all:" in no_binary):
                 return "xformers"
@@ -622,7 +618,7 @@ def _arch_value(env: Mapping[str, str | None], names: Iterable[str]) -> tuple[st
     ),
     fix=(
         "Set the list of your target GPUs before the build, e.g. "
-        "`ENV TORCH_CUDA_ARCH_LIST=\"8.0;9.0+PTX\"` (flash-attn: FLASH_ATTN_CUDA_ARCHS=\"80;90\")."
+        '`ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"` (flash-attn: FLASH_ATTN_CUDA_ARCHS="80;90").'
     ),
 )
 def ext_arch_list(ctx: Context) -> Iterator[Hit]:
@@ -812,10 +808,9 @@ def arch_list_definitions(ctx: Context) -> Iterator[ArchListDef]:
         "torch cu13x wheels themselves ship no PTX (measured for 2.14.1)."
     ),
     source=(
-        "NVIDIA CUDA compatibility guide (PTX JIT); pytorch torch/utils/cpp_extension.py (+PTX); "
-        "pytorch/pytorch#150733"
+        "NVIDIA CUDA compatibility guide (PTX JIT); pytorch torch/utils/cpp_extension.py (+PTX); pytorch/pytorch#150733"
     ),
-    fix="Add +PTX to the newest architecture, e.g. TORCH_CUDA_ARCH_LIST=\"8.0;9.0+PTX\".",
+    fix='Add +PTX to the newest architecture, e.g. TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX".',
 )
 def arch_list_ptx(ctx: Context) -> Iterator[Hit]:
     for d in arch_list_definitions(ctx):
@@ -829,7 +824,7 @@ def arch_list_ptx(ctx: Context) -> Iterator[Hit]:
         yield Hit(
             d.line,
             f"TORCH_CUDA_ARCH_LIST={d.value!r} has no PTX: GPUs newer than {newest} cannot run these kernels",
-            fix=f"TORCH_CUDA_ARCH_LIST=\"{fixed}\"",
+            fix=f'TORCH_CUDA_ARCH_LIST="{fixed}"',
         )
 
 
@@ -877,9 +872,7 @@ def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
         "second CUDA stack. From 25.03 the image pins its packages in /etc/pip/constraint.txt for "
         "pip; uv ignores pip's configuration, and older releases have no constraints at all."
     ),
-    source=(
-        "NVIDIA PyTorch container release notes (25.03+: /etc/pip/constraint.txt); astral-sh/uv#2560"
-    ),
+    source=("NVIDIA PyTorch container release notes (25.03+: /etc/pip/constraint.txt); astral-sh/uv#2560"),
     fix=(
         "Do not install torch on an NGC base; for other packages pass the constraints: "
         "`pip install -c /etc/pip/constraint.txt ...` (uv: `uv pip install --constraint "
@@ -933,7 +926,7 @@ _LIST_ITEM = re.compile(r"^(\d+(\.\d+)?[af]?(\+PTX)?|sm_\d+[af]?|compute_\d+)$",
         "shell and is fine; RUN lines, scripts and Apptainer %post/%environment are shells."
     ),
     source="GNU Bash manual, 'Lists of Commands'; observed in hpccm's rendered Singularity recipes",
-    fix="Quote the value: export TORCH_CUDA_ARCH_LIST=\"8.0;9.0\".",
+    fix='Quote the value: export TORCH_CUDA_ARCH_LIST="8.0;9.0".',
     applies_to=("dockerfile", "script"),
 )
 def unquoted_list(ctx: Context) -> Iterator[Hit]:

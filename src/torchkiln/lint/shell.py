@@ -313,9 +313,9 @@ class ShellEnv:
         return env
 
 
-def walk(snippet: Snippet, initial: Mapping[str, str | None] | None = None) -> Iterator[
-    tuple[Command, dict[str, str | None]]
-]:
+def walk(
+    snippet: Snippet, initial: Mapping[str, str | None] | None = None
+) -> Iterator[tuple[Command, dict[str, str | None]]]:
     """Each command of a snippet with the environment it runs in (``initial`` + exports + prefix)."""
     env = ShellEnv(dict(initial or {}))
     for cmd in commands(snippet):
@@ -346,8 +346,11 @@ def parse_req(text: str, editable: bool = False) -> Req:
         return Req(t, "url", _egg_name(t))
     if t.endswith(".whl"):
         return Req(t, "wheel", _wheel_name(t))
-    if editable or t in (".", "..") or t.startswith(("./", "../", "/", "~")) or (
-        "/" in t and " @ " not in t and "@" not in t
+    if (
+        editable
+        or t in (".", "..")
+        or t.startswith(("./", "../", "/", "~"))
+        or ("/" in t and " @ " not in t and "@" not in t)
     ):
         return Req(t, "path", None)
     if "$" in t:
