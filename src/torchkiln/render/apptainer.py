@@ -1,0 +1,609 @@
+"""Render a BuildPlan into an Apptainer (Singularity) definition file. Pure and deterministic.
+
+``render_apptainer`` and ``apptainer_files`` are pure (plan → text); ``write_apptainer_context`` does
+the I/O of ``kiln render --format apptainer -o DIR``: ``DIR/kiln.def`` and the files it needs, written
+into a temporary folder and swapped into place only when all of it was written.
+
+The definition is built from small pieces, one per section (header, ``%labels``, ``%help``,
+``%files``, ``%environment``, ``%post``, ``%runscript``, ``%test``), and ``%post`` from one
+function per install stage, in the order the Dockerfile uses:
+
+1. ``os``          the spec's apt packages (and, only when extensions are compiled, the compilers);
+2. ``venv``        a venv at ``/opt/venv`` made by uv with the plan's Python;
+3. ``torch``       torch and its companions only, then ``uv pip freeze`` into the constraints file
+                   ``/etc/pip/constraint.txt``, which pins the torch set for every later install;
+4. ``packages``    the spec's pip packages, installed against those constraints;
+5. ``extensions``  packages compiled against the installed torch: ``--no-build-isolation`` (their
+                   builds import torch), the plan's ``TORCH_CUDA_ARCH_LIST`` exported for them,
+                   ``MAX_JOBS`` from the memory each compile job needs, the compilers removed after;
+6. ``app``         the app files into the working directory, the verify module into
+                   ``/opt/kiln/verify``, and ``/kiln`` (the build-time staging folder holding uv, the
+                   requirement files, wheels and package sources) deleted, so none of it is in the image.
+
+Facts this relies on (apptainer's ``pkg/build/types/parser/deffile.go``, ``internal/pkg/build``):
+a line whose first word starts with ``%`` opens a section; header values end at ``#``; ``%labels``
+lines are ``key value``; ``%files`` sources are relative to the folder ``apptainer build`` runs in and
+may be double-quoted; ``%post`` runs under ``/bin/sh`` with a clean environment (``--cleanenv``) and
+``/`` as working directory; ``%environment`` becomes ``/.singularity.d/env/90-environment.sh``, sourced
+by ``/bin/sh`` at every start; ``{{ name }}`` is build-argument syntax. The renderer refuses values
+that would break any of these rules instead of emitting a definition that means something else.
+
+Every value that reaches a shell goes through ``shlex.quote`` (``TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'``:
+an unquoted ``;`` would end the ``export`` and run ``9.0+PTX`` as a command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from torchkiln import __version__
+from torchkiln.errors import InputError, SpecError
+from torchkiln.plan import BuildPlan, ExtensionPlan
+
+Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
+BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
+#: bootstraps whose ``From:`` names an image reference (the plan's base image by default)
+_REF_BOOTSTRAPS = ("docker", "docker-daemon")
+
+DEFFILE = "kiln.def"
+VENV = "/opt/venv"
+CONSTRAINTS = "/etc/pip/constraint.txt"
+#: build-time staging folder: copied in by %files, deleted at the end of %post
+KILN = "/kiln"
+UV = f"{KILN}/bin/uv"
+#: where the verify module lives in the image (``kiln verify IMAGE.sif`` runs it from here)
+VERIFY_DIR = "/opt/kiln/verify"
+VERIFY_SCRIPT = f"{VERIFY_DIR}/checks.py"
+VERIFY_SPEC = f"{VERIFY_DIR}/spec.json"
+#: what ``checks.py`` exits with when no CUDA device is visible (torchkiln.errors.ExitCode.NO_GPU)
+NO_GPU_EXIT = 8
+#: compilers for extension builds; removed again after the extension stage
+BUILD_TOOLS = ("build-essential", "git")
+#: build requirements of extensions installed with --no-build-isolation (their own pyproject is ignored)
+BUILD_REQUIREMENTS = ("setuptools", "wheel", "ninja", "packaging")
+INDENT = "    "
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./@+-]+$")
+
+
+@dataclass(frozen=True)
+class ApptainerOptions:
+    """How the definition gets its base image.
+
+    ``docker`` pulls ``source`` (default: the plan's base image) from a registry at build time. For
+    offline sites: ``docker-daemon`` takes it from the local Docker daemon, ``docker-archive`` /
+    ``oci-archive`` from a tar written by ``docker save`` / ``kiln export``, ``localimage`` from a
+    ``.sif`` on disk; those three need ``source`` (a path, absolute or relative to the build folder).
+    """
+
+    bootstrap: Bootstrap = "docker"
+    source: str | None = None
+
+    def from_value(self, plan: BuildPlan) -> str:
+        if self.bootstrap not in BOOTSTRAPS:
+            raise InputError(
+                f"unknown Apptainer bootstrap {self.bootstrap!r}.",
+                hint=f"Use one of: {', '.join(BOOTSTRAPS)}.",
+            )
+        value = self.source
+        if value is None:
+            if self.bootstrap not in _REF_BOOTSTRAPS:
+                raise InputError(
+                    f"Bootstrap {self.bootstrap} needs the path of the base image file.",
+                    hint=(
+                        "Pass it with --from (e.g. --bootstrap oci-archive --from base.oci.tar, written by "
+                        f"`kiln export {plan.base_image} --format oci-archive -o base.oci.tar`)."
+                    ),
+                )
+            value = plan.base_image
+        if not value or any(c in value for c in "#\n\r") or value != value.strip():
+            raise InputError(
+                f"{value!r} cannot be a `From:` value of a definition file (it is empty or holds '#' or a line break).",
+                hint="Give an image reference or a file path without '#'.",
+            )
+        return value
+
+
+# -- checks on values that reach the definition ------------------------------------------------------
+
+
+def _one_line(value: str, what: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise SpecError(f"{what} holds a line break, which an Apptainer definition cannot carry.",
+                        hint="Remove the line break from kiln.toml.")
+    if "{{" in value:
+        raise SpecError(f"{what} holds '{{{{', Apptainer's build-argument syntax.",
+                        hint="Remove '{{' from the value in kiln.toml.")
+    return value
+
+
+def _env_name(name: str) -> str:
+    if not _ENV_NAME.match(name):
+        raise SpecError(
+            f"[app] env key {name!r} is not a shell variable name.",
+            hint="Use letters, digits and '_' (not starting with a digit), e.g. HF_HOME.",
+        )
+    return name
+
+
+def _q(value: str, what: str = "a value") -> str:
+    """Shell-quote one word (a single line without build-argument syntax)."""
+    return shlex.quote(_one_line(value, what))
+
+
+def _files_path(path: str, what: str) -> str:
+    """A ``%files`` operand: plain characters only (apptainer globs and splits these itself)."""
+    if not _SAFE_PATH.match(path):
+        raise SpecError(
+            f"{what} {path!r} holds characters an Apptainer %files line cannot take "
+            "(spaces, quotes, glob or shell characters).",
+            hint="Rename the file or folder to letters, digits and '._-/+@'.",
+        )
+    return path
+
+
+def _check_section_body(lines: list[str], section: str) -> list[str]:
+    for line in lines:
+        if line.strip().startswith("%"):
+            raise SpecError(
+                f"the {section} section would hold a line starting with '%', which Apptainer reads as a new section.",
+                hint="Remove the leading '%' from the value in kiln.toml.",
+            )
+    return lines
+
+
+def _section(name: str, body: list[str], args: str = "") -> list[str]:
+    head = f"%{name}" + (f" {args}" if args else "")
+    return [head, *[(INDENT + line) if line else "" for line in _check_section_body(body, f"%{name}")]]
+
+
+# -- the pieces ----------------------------------------------------------------------------------------
+
+
+def _image_basename(plan: BuildPlan) -> str:
+    return plan.image_name.rsplit("/", 1)[-1]
+
+
+def sif_name(plan: BuildPlan) -> str:
+    """The default file name of the built image: ``trainer-a100_2024.11.sif``."""
+    return f"{_image_basename(plan)}_{plan.tag}.sif"
+
+
+def header(plan: BuildPlan, options: ApptainerOptions) -> list[str]:
+    t = plan.torch
+    cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
+    targets = ", ".join(f"{x.name} ({x.capability})" for x in plan.targets) or "none"
+    return [
+        f"Bootstrap: {options.bootstrap}",
+        f"From: {options.from_value(plan)}",
+        "",
+        f"# Rendered by torchkiln {__version__} for {plan.image_ref}. Do not edit: change kiln.toml and re-render.",
+        f"# torch {t.version} · {cuda} · Python {plan.python} · base {plan.base_image}",
+        f"# GPU targets: {targets}" + (f" · TORCH_CUDA_ARCH_LIST={plan.arch_list}" if plan.arch_list else ""),
+        "# Build it in the folder that holds this file (%files paths are relative to it):",
+        f"#   apptainer build --fakeroot {sif_name(plan)} {DEFFILE}",
+    ]
+
+
+def labels(plan: BuildPlan) -> dict[str, str]:
+    """The image's labels (the same keys as the Dockerfile's LABEL lines, plus the verify paths)."""
+    t = plan.torch
+    pairs = {
+        "org.opencontainers.image.title": plan.image_name,
+        "org.opencontainers.image.version": plan.tag,
+        "org.opencontainers.image.base.name": plan.base_image,
+        "io.torchkiln.version": __version__,
+        "io.torchkiln.torch": t.version,
+        "io.torchkiln.variant": t.variant,
+        "io.torchkiln.python": plan.python,
+    }
+    if t.cuda:
+        pairs.update({
+            "io.torchkiln.cuda": t.cuda,
+            "io.torchkiln.arch-list": plan.arch_list,
+            "io.torchkiln.wheel-arch-list": t.wheel_arch_list,
+            "io.torchkiln.targets": ",".join(f"{x.name}={x.capability}" for x in plan.targets),
+            "io.torchkiln.min-driver": plan.min_driver or "",
+            "io.torchkiln.nvidia-require-cuda": plan.nvidia_require_cuda or "",
+        })
+    pairs["io.torchkiln.verify"] = VERIFY_SCRIPT
+    return pairs
+
+
+def section_labels(plan: BuildPlan) -> list[str]:
+    body = []
+    for k, v in labels(plan).items():
+        if not _LABEL_KEY.match(k):  # pragma: no cover - keys are ours
+            raise SpecError(f"label key {k!r} is not valid.")
+        body.append(f"{k} {_one_line(v, f'label {k}')}".rstrip())
+    return _section("labels", body)
+
+
+def section_help(plan: BuildPlan) -> list[str]:
+    t = plan.torch
+    what = f"CUDA {t.cuda} build ({t.variant})" if t.cuda else "CPU-only build"
+    cmd = shlex.join(plan.app.command) if plan.app.command else "python"
+    nv = " --nv" if t.cuda else ""
+    rows = [
+        (f"apptainer run{nv} IMAGE.sif", f"runs {cmd} in {plan.app.workdir}"),
+        (f"apptainer run{nv} IMAGE.sif CMD ...", "runs CMD in the current folder"),
+        (f"apptainer test{nv} IMAGE.sif", f"runs torchkiln's checks ({VERIFY_SCRIPT})"),
+        ("kiln verify IMAGE.sif", "the same checks, reported on the host"),
+    ]
+    width = max(len(a) for a, _ in rows)
+    lines = [
+        f"{plan.image_ref}: torch {t.version}, {what}, Python {plan.python}.",
+        f"Rendered by torchkiln {__version__} from kiln.toml.",
+        "",
+        *(f"  {a:<{width}}  {b}" for a, b in rows),
+    ]
+    if t.cuda:
+        lines += [
+            "",
+            f"GPU targets: {', '.join(f'{x.name} ({x.capability})' for x in plan.targets) or 'torch defaults'}.",
+            f"Needs an NVIDIA driver >= {plan.min_driver} on the host; pass --nv to use the GPUs.",
+        ]
+    return _section("help", [_one_line(line, "the help text") for line in lines])
+
+
+def _extension_sources(plan: BuildPlan) -> list[tuple[ExtensionPlan, str]]:
+    """Extensions built from a local source tree, with where %files puts each tree."""
+    return [(e, f"{KILN}/ext/{i}") for i, e in enumerate(plan.extensions) if e.path]
+
+
+def section_files(plan: BuildPlan) -> list[str]:
+    body = [f".kiln {KILN}"]
+    for item in plan.app.copy:
+        rel = _files_path(item.rstrip("/"), "[app] copy entry")
+        body.append(f"{rel} {KILN}/app/{rel}")
+    for ext, dest in _extension_sources(plan):
+        assert ext.path is not None
+        body.append(f"{_files_path(ext.path.rstrip('/'), f'extension {ext.name} path')} {dest}")
+    return _section("files", body)
+
+
+def environment_pairs(plan: BuildPlan) -> list[tuple[str, str]]:
+    """Run-time variables (``PATH`` is handled apart: it is prepended to, not replaced)."""
+    pairs = [
+        ("VIRTUAL_ENV", VENV),
+        ("PIP_CONSTRAINT", CONSTRAINTS),
+        ("UV_CONSTRAINT", CONSTRAINTS),
+        ("LANG", "C.UTF-8"),
+        ("PYTHONUNBUFFERED", "1"),
+    ]
+    if plan.arch_list:
+        # for extensions compiled at run time (torch.utils.cpp_extension.load, DeepSpeed's JIT ops)
+        pairs.append(("TORCH_CUDA_ARCH_LIST", plan.arch_list))
+    pairs += [(_env_name(k), v) for k, v in plan.app.env]
+    return pairs
+
+
+def section_environment(plan: BuildPlan) -> list[str]:
+    body = [f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH"']
+    body += [f"export {k}={_q(v, f'the value of {k}')}" for k, v in environment_pairs(plan)]
+    return _section("environment", body)
+
+
+# -- %post, one function per stage ----------------------------------------------------------------------
+
+
+def _comment(text: str) -> str:
+    return f"# {text}"
+
+
+def post_os(plan: BuildPlan) -> list[str]:
+    apt = list(plan.apt_packages)
+    tools = [t for t in BUILD_TOOLS if t not in apt] if plan.extensions else []
+    if not apt and not tools:
+        return []
+    pkgs = " ".join(shlex.quote(p) for p in [*apt, *tools])
+    return [
+        _comment("stage os: the spec's apt packages" + (" and compilers for the extension stage" if tools else "")),
+        "export DEBIAN_FRONTEND=noninteractive",
+        "apt-get update",
+        f"apt-get install -y --no-install-recommends {pkgs}",
+        "rm -rf /var/lib/apt/lists/*",
+    ]
+
+
+def post_sources() -> list[str]:
+    return [
+        _comment("package sources of this build: /kiln/sources.sh reads them from /kiln, deleted at the end"),
+        f". {KILN}/sources.sh",
+    ]
+
+
+def post_venv(plan: BuildPlan) -> list[str]:
+    return [
+        _comment(f"stage venv: {VENV} with Python {plan.python}"),
+        f"{UV} venv --python {shlex.quote(plan.python_exe)} {VENV}",
+    ]
+
+
+def _install(args: str) -> str:
+    return f"{UV} pip install --python {VENV}/bin/python {args}"
+
+
+def post_torch(plan: BuildPlan) -> list[str]:
+    return [
+        _comment("stage torch: torch and its companions only, then frozen into the constraints file that"),
+        _comment("pins them for every later install (nothing after this can replace torch)"),
+        _install(f"-r {KILN}/requirements-torch.txt"),
+        "mkdir -p /etc/pip",
+        f"{UV} pip freeze --python {VENV}/bin/python > {CONSTRAINTS}",
+    ]
+
+
+def post_packages(plan: BuildPlan) -> list[str]:
+    if not plan.pip_packages:
+        return []
+    return [
+        _comment("stage packages: the spec's pip packages, constrained to the torch set above"),
+        _install(f"-c {CONSTRAINTS} -r {KILN}/requirements.txt"),
+    ]
+
+
+def _max_jobs(per_job_gib: int) -> list[str]:
+    return [
+        "if [ -z \"${MAX_JOBS:-}\" ]; then",
+        f"{INDENT}MAX_JOBS=$(awk -v per={per_job_gib} '/^MemAvailable:/ "
+        "{ n = int($2 / 1048576 / per); print (n < 1 ? 1 : n) }' /proc/meminfo)",
+        f"{INDENT}if [ \"$MAX_JOBS\" -gt \"$(nproc)\" ]; then MAX_JOBS=$(nproc); fi",
+        "fi",
+        "export MAX_JOBS",
+    ]
+
+
+def _extension_target(ext: ExtensionPlan, sources: dict[str, str]) -> str:
+    if ext.path:
+        return sources[ext.name]
+    assert ext.requirement is not None
+    return _q(ext.requirement, f"extension {ext.name}")
+
+
+def post_extensions(plan: BuildPlan) -> list[str]:
+    if not plan.extensions:
+        return []
+    sources = {e.name: dest for e, dest in _extension_sources(plan)}
+    per_job = max(e.memory_per_job_gib for e in plan.extensions)
+    lines = [
+        _comment("stage extensions: compiled against the torch installed above, so without build isolation"),
+        _comment("(their builds import torch), for the plan's GPU targets, with as many compile jobs as memory allows"),
+    ]
+    # the build requirements (ninja) are run from the venv
+    lines.append(f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH"')
+    if plan.torch.cuda:
+        missing = (
+            f"kiln: the extensions need nvcc (CUDA {plan.torch.cuda}) in the base image, which has none. Set "
+            "[base] image to a CUDA devel image with Python, or build with Docker and convert with kiln export."
+        )
+        lines += [
+            'export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"',
+            'export PATH="$PATH:$CUDA_HOME/bin"',
+            "if ! command -v nvcc >/dev/null 2>&1; then",
+            f"{INDENT}echo {_q(missing)} >&2",
+            f"{INDENT}exit 1",
+            "fi",
+        ]
+    if plan.arch_list:
+        lines.append(f"export TORCH_CUDA_ARCH_LIST={_q(plan.arch_list)}")
+    lines += _max_jobs(per_job)
+    lines.append(_install(f"-c {CONSTRAINTS} " + " ".join(BUILD_REQUIREMENTS)))
+    for ext in plan.extensions:
+        env = " ".join(f"{_env_name(k)}={_q(v, f'extension {ext.name} {k}')}" for k, v in ext.env)
+        flag = "--no-build-isolation " if ext.no_build_isolation else ""
+        cmd = _install(f"{flag}-c {CONSTRAINTS} {_extension_target(ext, sources)}")
+        lines.append(_comment(f"{ext.name}" + (f": {ext.notes}" if ext.notes else "")))
+        lines.append(f"env {env} {cmd}" if env else cmd)
+    tools = [t for t in BUILD_TOOLS if t not in plan.apt_packages]
+    if tools:
+        lines += [
+            _comment("the compilers are not part of the runtime image"),
+            "apt-get purge -y --auto-remove " + " ".join(tools),
+            "rm -rf /var/lib/apt/lists/*",
+        ]
+    return lines
+
+
+def post_app(plan: BuildPlan) -> list[str]:
+    wd = _q(plan.app.workdir, "[app] workdir")
+    lines = [_comment(f"stage app: the app files into {plan.app.workdir}, torchkiln's checks into {VERIFY_DIR}")]
+    lines.append(f"mkdir -p {wd}")
+    if plan.app.copy:
+        lines.append(f"cp -R {KILN}/app/. {wd}/")
+    lines += [
+        f"mkdir -p {VERIFY_DIR}",
+        f"cp {KILN}/verify/* {VERIFY_DIR}/",
+        _comment("nothing of the build's staging folder, caches or package sources stays in the image"),
+        f"rm -rf {KILN} /root/.cache/uv /tmp/kiln-uv-cache",
+    ]
+    return lines
+
+
+def section_post(plan: BuildPlan) -> list[str]:
+    stages = [
+        post_os(plan),
+        post_sources(),
+        post_venv(plan),
+        post_torch(plan),
+        post_packages(plan),
+        post_extensions(plan),
+        post_app(plan),
+    ]
+    body = ["set -eu"]
+    for stage in stages:
+        if stage:
+            body += ["", *stage]
+    return _section("post", body)
+
+
+def section_runscript(plan: BuildPlan) -> list[str]:
+    cmd = shlex.join(plan.app.command) if plan.app.command else "python"
+    for word in plan.app.command:
+        _one_line(word, "[app] command")
+    return _section("runscript", [
+        _comment(f"no arguments: the spec's command in {plan.app.workdir}; arguments: run them in the current folder"),
+        'if [ "$#" -eq 0 ]; then',
+        f"{INDENT}cd {_q(plan.app.workdir, '[app] workdir')}",
+        f"{INDENT}exec {cmd}",
+        "fi",
+        'exec "$@"',
+    ])
+
+
+def section_test(plan: BuildPlan) -> list[str]:
+    gpu = "GPU node" if plan.torch.cuda else "machine"
+    no_gpu = f"kiln: no CUDA device visible, so only the import checks ran; run apptainer test --nv IMAGE on a {gpu}"
+    return _section("test", [
+        _comment("torchkiln's checks; without a visible GPU (a build host) only the import checks can run"),
+        f"python {VERIFY_SCRIPT} --spec-json {VERIFY_SPEC}",
+        "rc=$?",
+        f'if [ "$rc" -eq {NO_GPU_EXIT} ]; then',
+        f"{INDENT}echo {_q(no_gpu)} >&2",
+        f"{INDENT}exit 0",
+        "fi",
+        'exit "$rc"',
+    ])
+
+
+def render_apptainer(plan: BuildPlan, options: ApptainerOptions | None = None) -> str:
+    """The whole definition file for a plan."""
+    options = options or ApptainerOptions()
+    blocks = [
+        header(plan, options),
+        section_labels(plan),
+        section_help(plan),
+        section_files(plan),
+        section_environment(plan),
+        section_post(plan),
+        section_runscript(plan),
+        section_test(plan),
+    ]
+    return "\n\n".join("\n".join(b) for b in blocks) + "\n"
+
+
+# -- the other files the definition needs --------------------------------------------------------------
+
+SOURCES_SH = """\
+# Sourced by %post (rendered by torchkiln). The package sources of a build sit in /kiln only while
+# %post runs (kiln build puts them there; /kiln is deleted at its end, so they never reach the image):
+#   /kiln/secrets/kiln-uv   a uv.toml naming the index URLs and wheel folders of this build
+#   /kiln/secrets/kiln-ca   a CA bundle (PEM) for TLS-intercepting proxies or private indexes
+#   /kiln/wheels/           local wheels (named as a find-links folder in the uv.toml)
+export UV_CACHE_DIR=/tmp/kiln-uv-cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \\
+    UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+if [ -f /kiln/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/kiln/secrets/kiln-uv; fi
+if [ -f /kiln/secrets/kiln-ca ]; then export SSL_CERT_FILE=/kiln/secrets/kiln-ca; fi
+"""
+
+
+def verify_spec(plan: BuildPlan) -> dict[str, Any]:
+    """What ``checks.py --spec-json`` expects: the image's CUDA, driver floor and extensions."""
+    return {
+        "cuda": plan.torch.cuda,
+        "min_driver": plan.min_driver,
+        "extensions": [{"name": e.name, "import": e.import_name} for e in plan.extensions],
+    }
+
+
+def scriptlets(text: str) -> dict[str, str]:
+    """The body of every section of a rendered definition (for ``bash -n`` and tests)."""
+    out: dict[str, str] = {}
+    name: str | None = None
+    for line in text.splitlines():
+        if line.startswith("%"):
+            name = line[1:].split()[0]
+            out[name] = ""
+        elif name is not None:
+            out[name] += (line[len(INDENT):] if line.startswith(INDENT) else line) + "\n"
+    return out
+
+
+def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) -> dict[str, str]:
+    """Every generated text file of the Apptainer build folder, by relative path (sorted)."""
+    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
+    files = {
+        DEFFILE: render_apptainer(plan, options),
+        ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
+        ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
+        ".kiln/sources.sh": SOURCES_SH,
+        ".kiln/verify/spec.json": json.dumps(verify_spec(plan), indent=2, sort_keys=True) + "\n",
+        ".kiln/wheels/.keep": "",
+        ".kiln/secrets/.keep": "",
+    }
+    return dict(sorted(files.items()))
+
+
+def _verify_sources() -> list[Path]:
+    """The verify module and the fat-binary reader it uses when it sits next to it (stdlib only)."""
+    import torchkiln.inspect.fatbin as fatbin
+    import torchkiln.verify.checks as checks
+
+    return [Path(checks.__file__), Path(fatbin.__file__)]
+
+
+def _place(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+        return
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+
+
+def write_apptainer_context(
+    plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
+) -> list[Path]:
+    """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
+    from torchkiln.render.context import find_uv
+
+    texts = apptainer_files(plan, options)  # validates the plan's values first
+    local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
+    missing = [c for c in local if not (spec_dir / c).exists()]
+    if missing:
+        raise SpecError(
+            f"{', '.join(repr(m) for m in missing)} named in kiln.toml does not exist next to the spec ({spec_dir}).",
+            hint="Paths in [app] copy and [[extensions]] path are relative to the folder that holds kiln.toml.",
+        )
+    clash = [c for c in local if Path(c).parts[0] in {DEFFILE, ".kiln"}]
+    if clash:
+        raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
+                        hint="Rename or move it into a sub-folder.")
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the build (maybe under --fakeroot) reads it
+        for rel, text in texts.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        _place(find_uv(), tmp / ".kiln/bin/uv")
+        for src in _verify_sources():
+            shutil.copyfile(src, tmp / ".kiln/verify" / src.name)
+        for item in local:
+            assert item is not None
+            _place(spec_dir / item, tmp / item)
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            os.rename(out_dir, old / "ctx")
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(p for p in out_dir.rglob("*") if p.is_file())
