@@ -1,4 +1,4 @@
-"""`kiln render`: write the Dockerfile and build context of a spec."""
+"""`kiln render`: write the Dockerfile and build context of a spec (or its Apptainer definition)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,18 @@ from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, print_json
 from torchkiln.cli._load import load_plan
 from torchkiln.errors import KilnError
+from torchkiln.plan import BuildPlan
 from torchkiln.render import render_dockerfile, write_context
+from torchkiln.render.apptainer import (
+    DEFFILE,
+    ApptainerOptions,
+    Bootstrap,
+    render_apptainer,
+    sif_name,
+    write_apptainer_context,
+)
 
-Format = Literal["dockerfile"]
+Format = Literal["dockerfile", "apptainer"]
 
 
 @app.command("render")
@@ -23,13 +32,30 @@ def render_cmd(
         Path | None, typer.Option("-o", "--out", help="Write the whole build context into this folder.")
     ] = None,
     stdout: Annotated[bool, typer.Option("--stdout", help="Print the Dockerfile instead of writing files.")] = False,
+    fmt: Annotated[
+        Format, typer.Option("--format", help="dockerfile, or apptainer: a definition file (kiln.def) for HPC sites.")
+    ] = "dockerfile",
+    bootstrap: Annotated[
+        Bootstrap,
+        typer.Option("--bootstrap", help="apptainer: where the base image comes from (docker pulls it; "
+                     "docker-daemon, docker-archive, oci-archive and localimage work offline)."),
+    ] = "docker",
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="apptainer: the base image reference, or the archive / .sif path for "
+                     "docker-archive, oci-archive and localimage (default: the plan's base image)."),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Render the spec's multi-stage Dockerfile (runtime and dev targets) and its build context.
 
+    With --format apptainer: an Apptainer definition file instead, with the files its %files needs.
     Same spec, same bytes: the output is deterministic. Nothing is written unless all of it is.
     """
     _spec, plan, spec_dir = load_plan(spec)
+    if fmt == "apptainer":
+        _render_apptainer(plan, spec_dir, out, stdout, ApptainerOptions(bootstrap, from_), json)
+        return
     if stdout or out is None:
         if out is None and not stdout:
             console.print("[dim]# no -o/--out given: printing the Dockerfile[/dim]", highlight=False)
@@ -43,3 +69,24 @@ def render_cmd(
         return
     console.print(f"wrote the build context of {plan.image_ref} to {out} ({len(files)} files)")
     console.print(f"build it with: kiln build {spec}   (or DOCKER_BUILDKIT=1 docker build --target runtime {out})")
+
+
+def _render_apptainer(
+    plan: BuildPlan, spec_dir: Path, out: Path | None, stdout: bool, options: ApptainerOptions, as_json: bool
+) -> None:
+    if stdout or out is None:
+        if out is None and not stdout:
+            console.print("[dim]# no -o/--out given: printing the definition file[/dim]", highlight=False)
+        print(render_apptainer(plan, options), end="")
+        return
+    if out.exists() and not out.is_dir():
+        raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
+    files = write_apptainer_context(plan, spec_dir, out, options)
+    sif = sif_name(plan)
+    if as_json:
+        print_json({"out": str(out), "deffile": str(out / DEFFILE), "sif": sif,
+                    "files": [str(f.relative_to(out.resolve())) for f in files]})
+        return
+    console.print(f"wrote the Apptainer definition of {plan.image_ref} to {out / DEFFILE} ({len(files)} files)")
+    console.print(f"build it with: kiln build {spec_dir} --engine apptainer   "
+                  f"(or: cd {out} && apptainer build --fakeroot {sif} {DEFFILE})")
