@@ -88,6 +88,12 @@ def _env_has(env: Mapping[str, str | None], *names: str) -> bool:
     return any(n in env and env[n] != "" for n in names)
 
 
+def _tool_label(inst: Install) -> str:
+    if inst.tool == "uv":
+        return "uv pip " + inst.sub if "pip" in inst.command.argv[:3] else "uv " + inst.sub
+    return f"{inst.tool} {inst.sub}"
+
+
 def _stage_label(stage: Stage) -> str:
     return f"stage {stage.name!r}" if stage.name else f"stage #{stage.index}"
 
@@ -185,7 +191,7 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
         for inst in step.installs:
             if inst.tool not in ("pip", "uv") or inst.sub == "download" or _cache_ok(inst, step):
                 continue
-            tool = "pip" if inst.tool == "pip" else f"uv {inst.sub}"
+            tool = _tool_label(inst)
             target = "/root/.cache/pip" if inst.tool == "pip" else "/root/.cache/uv"
             flag = "--no-cache-dir" if inst.tool == "pip" else "--no-cache"
             yield Hit(
@@ -507,7 +513,7 @@ def fast_math(ctx: Context) -> Iterator[Hit]:
 
 #: sdists on the package index that compile CUDA code against the installed torch
 _SDIST_EXTENSIONS: dict[str, tuple[str, ...]] = {
-    "flash-attn": ("FLASH_ATTN_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"),
+    "flash-attn": ("FLASH_ATTN_CUDA_ARCHS",),  # its setup.py passes its own -gencode flags
     "mamba-ssm": ("TORCH_CUDA_ARCH_LIST",),
     "causal-conv1d": ("TORCH_CUDA_ARCH_LIST",),
     "transformer-engine": ("NVTE_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"),
@@ -608,21 +614,20 @@ def _arch_value(env: Mapping[str, str | None], names: Iterable[str]) -> tuple[st
     "A CUDA extension is built without TORCH_CUDA_ARCH_LIST",
     why=(
         "Without TORCH_CUDA_ARCH_LIST, torch.utils.cpp_extension derives the architectures from the "
-        "GPUs it can see. `docker build` sees none, so the build fails or falls back to a list that "
-        "does not match your GPUs; on an NGC base the image's own preset list leaks in instead. "
-        "flash-attn reads FLASH_ATTN_CUDA_ARCHS (default 80;90;100;120) and ignores TORCH_CUDA_ARCH_LIST."
+        "GPUs it can see. `docker build` sees none, so the build fails or falls back to whatever "
+        "default the package or the base image has (on an NGC base the image's own preset list "
+        "leaks in), not the GPUs you deploy on."
     ),
-    source=(
-        "pytorch torch/utils/cpp_extension.py _get_cuda_arch_flags; pytorch/vision#1566; "
-        "Dao-AILab/flash-attention setup.py (FLASH_ATTN_CUDA_ARCHS); NATTEN#28"
-    ),
+    source=("pytorch torch/utils/cpp_extension.py _get_cuda_arch_flags; pytorch/vision#1566; SHI-Labs/NATTEN#28"),
     fix=(
         "Set the list of your target GPUs before the build, e.g. "
-        '`ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"` (flash-attn: FLASH_ATTN_CUDA_ARCHS="80;90").'
+        '`ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"` (or `TORCH_CUDA_ARCH_LIST=... pip install ...`).'
     ),
 )
 def ext_arch_list(ctx: Context) -> Iterator[Hit]:
     for b in extension_builds(ctx):
+        if b.label == "flash-attn":
+            continue  # flash-attn ignores TORCH_CUDA_ARCH_LIST: KL020
         got = _arch_value(b.env, b.arch_vars)
         if got is not None and (got[1] or "").strip().lower() != "native":
             continue
@@ -631,6 +636,36 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
         yield Hit(
             b.install.line,
             f"{b.label} is compiled but {names} {why}: the architectures are guessed at build time",
+            stage=b.step.stage.label,
+        )
+
+
+@rule(
+    "KL020",
+    "flash-attn-without-arch-list",
+    "warning",
+    "flash-attn is built without FLASH_ATTN_CUDA_ARCHS",
+    why=(
+        "flash-attn's setup.py passes its own -gencode flags, so torch ignores TORCH_CUDA_ARCH_LIST "
+        "for it; it reads FLASH_ATTN_CUDA_ARCHS instead (default 80;90;100;120 in 2.8). Without it "
+        "every default architecture is compiled: hours of nvcc for GPUs you may not have, and no "
+        "kernels for an architecture outside the default."
+    ),
+    source="Dao-AILab/flash-attention setup.py (cc_flag / FLASH_ATTN_CUDA_ARCHS), flash-attention#1776",
+    fix='Set FLASH_ATTN_CUDA_ARCHS to your targets without dots, e.g. `ENV FLASH_ATTN_CUDA_ARCHS="80;90"`.',
+)
+def flash_attn_archs(ctx: Context) -> Iterator[Hit]:
+    for b in extension_builds(ctx):
+        if b.label != "flash-attn" or _env_has(b.env, "FLASH_ATTN_CUDA_ARCHS"):
+            continue
+        extra = (
+            " (TORCH_CUDA_ARCH_LIST is set, but flash-attn ignores it)"
+            if _env_has(b.env, "TORCH_CUDA_ARCH_LIST")
+            else ""
+        )
+        yield Hit(
+            b.install.line,
+            f"flash-attn is compiled for its default architectures: FLASH_ATTN_CUDA_ARCHS is not set{extra}",
             stage=b.step.stage.label,
         )
 
@@ -813,7 +848,10 @@ def arch_list_definitions(ctx: Context) -> Iterator[ArchListDef]:
     fix='Add +PTX to the newest architecture, e.g. TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX".',
 )
 def arch_list_ptx(ctx: Context) -> Iterator[Hit]:
+    cut = {(line, value) for line, name, value, _ in cut_lists(ctx) if name == "TORCH_CUDA_ARCH_LIST"}
     for d in arch_list_definitions(ctx):
+        if (d.line, d.value) in cut:
+            continue  # KL014 reports the real problem
         items = expand_arch_list(d.value)
         if any(i not in VALID_ARCH_STRINGS for i in items):
             continue  # KL018 reports it
@@ -897,10 +935,9 @@ def torch_on_ngc(ctx: Context) -> Iterator[Hit]:
             env_var = "PIP_CONSTRAINT" if inst.tool == "pip" else "UV_CONSTRAINT"
             if _env_has(inst.env, env_var):
                 continue
-            tool = "pip" if inst.tool == "pip" else "uv pip"
             yield Hit(
                 inst.line,
-                f"{tool} installs {', '.join(torch)} over the NGC build in {base} without a constraints file",
+                f"{_tool_label(inst)} puts {', '.join(torch)} over the NGC build in {base} without a constraints file",
                 stage=step.stage.label,
             )
 
@@ -930,6 +967,16 @@ _LIST_ITEM = re.compile(r"^(\d+(\.\d+)?[af]?(\+PTX)?|sm_\d+[af]?|compute_\d+)$",
     applies_to=("dockerfile", "script"),
 )
 def unquoted_list(ctx: Context) -> Iterator[Hit]:
+    for line, name, value, rest in cut_lists(ctx):
+        yield Hit(
+            line,
+            f"{name}={value};{rest} is cut at ';': {name} becomes {value!r} and {rest!r} runs as a command",
+            fix=f'Quote it: {name}="{value};{rest}".',
+        )
+
+
+def cut_lists(ctx: Context) -> Iterator[tuple[int, str, str, str]]:
+    """Shell assignments cut by an unquoted ';': (line, name, value kept, next word)."""
     for sn in ctx.snippets:
         toks = tokenize(sn.text)
         for a, op, b in zip(toks, toks[1:], toks[2:], strict=False):
@@ -942,11 +989,7 @@ def unquoted_list(ctx: Context) -> Iterator[Hit]:
                 continue
             name, value = pair
             if name in _LIST_VARS or (_LIST_ITEM.match(value) and _LIST_ITEM.match(b.text)):
-                yield Hit(
-                    sn.file_line(a.index),
-                    f"{name}={value};{b.text} is cut at ';': {name} becomes {value!r} and {b.text!r} runs as a command",
-                    fix=f'Quote it: {name}="{value};{b.text}".',
-                )
+                yield sn.file_line(a.index), name, value, b.text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1005,10 +1048,11 @@ def base_not_pinned(ctx: Context) -> Iterator[Hit]:
         _, tag, digest = image_tag(image)
         if digest:
             continue
+        shown = image if image == st.image else f"{st.image} (= {image})"
         if tag is None:
-            yield Hit(st.line, f"FROM {image} has no tag (it means :latest)", stage=st.label)
+            yield Hit(st.line, f"FROM {shown} has no tag (it means :latest)", stage=st.label)
         elif tag.lower() == "latest":
-            yield Hit(st.line, f"FROM {image} uses :latest", stage=st.label)
+            yield Hit(st.line, f"FROM {shown} uses :latest", stage=st.label)
 
 
 # ---------------------------------------------------------------------------------------------

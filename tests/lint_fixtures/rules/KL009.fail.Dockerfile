@@ -1,0 +1,13 @@
+# KL009: pip builds mamba-ssm in an isolated environment that has no torch.
+FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build
+ENV MAX_JOBS=4 \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install torch==2.5.1
+# expect: KL009
+RUN --mount=type=cache,target=/root/.cache/pip /opt/venv/bin/pip install mamba-ssm==2.2.4
+
+FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+COPY --from=build /opt/venv /opt/venv
+USER 1000:1000

@@ -1,0 +1,14 @@
+FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build
+ENV MAX_JOBS=4 \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install torch==2.5.1
+RUN --mount=type=cache,target=/root/.cache/pip \
+    /opt/venv/bin/pip install --no-build-isolation mamba-ssm==2.2.4
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv pip install --python /opt/venv/bin/python --no-build-isolation-package causal-conv1d causal-conv1d==1.5.0
+
+FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+COPY --from=build /opt/venv /opt/venv
+USER 1000:1000

@@ -1,0 +1,4 @@
+FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+ARG TORCH_CUDA_ARCH_LIST="8.0;8.6;9.0+PTX"
+ENV TORCH_CUDA_ARCH_LIST="Ampere;Hopper"
+USER 1000:1000

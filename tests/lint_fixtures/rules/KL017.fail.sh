@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+set -euo pipefail
+IMAGE=acme/trainer:1.0
+docker build -t "$IMAGE" .
+# expect: KL017
+nvidia-docker run --rm "$IMAGE" python -c "import torch; print(torch.cuda.is_available())"

@@ -1,0 +1,180 @@
+"""Every rule against its fixtures: each `*.fail.*` file must give exactly the findings its
+`# expect: KLnnn` comments announce (a marker names the rule found on the next non-marker line),
+each `*.pass.*` file none at all. The realistic seeds in `seeds/` are checked the same way."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from torchkiln.lint import RULES, LintConfig, lint_paths, lint_text
+from torchkiln.lint.config import Suppressions
+from torchkiln.lint.model import read_source
+
+FIXTURES = Path(__file__).resolve().parents[1] / "lint_fixtures"
+RULE_FILES = sorted(p for p in (FIXTURES / "rules").iterdir() if p.is_file())
+SEED_FILES = sorted(p for p in (FIXTURES / "seeds").iterdir() if p.is_file())
+_MARK = re.compile(r"#\s*expect:\s*(KL\d{3}(?:\s*,\s*KL\d{3})*)")
+
+
+def expected(path: Path) -> set[tuple[str, int]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out: set[tuple[str, int]] = set()
+    for i, raw in enumerate(lines):
+        m = _MARK.search(raw)
+        if not m:
+            continue
+        j = i + 1
+        while j < len(lines) and _MARK.search(lines[j]):
+            j += 1
+        for rule in re.split(r"\s*,\s*", m.group(1)):
+            out.add((rule, j + 1))
+    return out
+
+
+def found(path: Path) -> set[tuple[str, int]]:
+    src = read_source(path)
+    from torchkiln.lint import lint_source
+
+    return {(f.rule, f.line) for f in lint_source(src, LintConfig())}
+
+
+@pytest.mark.parametrize("path", RULE_FILES + SEED_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture_findings_match_markers(path: Path) -> None:
+    want = expected(path)
+    if ".pass." in path.name:
+        assert not want, "pass fixtures carry no expect markers"
+    else:
+        assert want, f"{path.name} announces no finding"
+    assert found(path) == want
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_every_rule_has_a_failing_and_a_passing_fixture(rule: str) -> None:
+    names = [p.name for p in RULE_FILES]
+    fails = [n for n in names if n.startswith(rule) and ".fail." in n]
+    passes = [n for n in names if n.startswith(rule) and ".pass." in n]
+    assert fails and passes, f"{rule}: fail={fails} pass={passes}"
+    # the failing fixture really exercises its own rule
+    assert any(rule == r for f in fails for r, _ in expected(FIXTURES / "rules" / f))
+
+
+def test_every_rule_is_documented() -> None:
+    for r in RULES.values():
+        assert re.fullmatch(r"KL\d{3}", r.id)
+        assert r.severity in ("error", "warning", "info")
+        assert r.summary and "\n" not in r.summary
+        assert len(r.why) > 80 and r.source and len(r.fix) > 20
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "lint.md").read_text(encoding="utf-8")
+    for rid in RULES:
+        assert f"### {rid}" in doc, f"{rid} missing from docs/lint.md"
+
+
+def test_seed_fixtures_cover_many_rules() -> None:
+    rules = {r for p in SEED_FILES for r, _ in expected(p)}
+    assert len(SEED_FILES) >= 4
+    assert len(rules) >= 12, sorted(rules)
+
+
+# --- behaviour the fixtures do not show on their own --------------------------------------
+
+
+def test_inline_suppression_above_and_inside_an_instruction() -> None:
+    text = (
+        "FROM python:3.11-slim-bookworm\n"
+        "# installs tools\n"
+        "# kiln: ignore=KL002\n"
+        "RUN pip install numpy==2.1.0\n"
+        "RUN pip install scipy==1.14.1 \\\n"
+        "    && pip install rich==13.9.4  # kiln: ignore=KL002,KL003\n"
+        "RUN pip install pandas==2.2.3\n"
+        "USER 1000\n"
+    )
+    assert [(f.rule, f.line) for f in lint_text(text)] == [("KL002", 7)]
+    everything = text.replace("RUN pip install pandas", "# kiln: ignore=all\nRUN pip install pandas")
+    assert lint_text(everything) == []
+
+
+def test_suppression_scan_reads_ids_case_insensitively() -> None:
+    sup = Suppressions.scan(["# kiln: ignore=kl001, KL005", "RUN x"])
+    assert sup.matches("KL001", range(1, 3)) and sup.matches("KL005", range(1, 2))
+    assert not sup.matches("KL002", range(1, 3))
+
+
+def test_config_ignore_severity_and_per_file(tmp_path: Path) -> None:
+    df = tmp_path / "dev.Dockerfile"
+    df.write_text("FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\nENV TORCH_CUDA_ARCH_LIST=8.0\n")
+    base = lint_paths([df])
+    assert {f.rule for f in base.findings} == {"KL001", "KL005", "KL012"}
+    cfg = LintConfig(
+        ignore=frozenset({"KL005"}),
+        severity={"KL012": "error"},
+        per_file_ignores=(("*dev.Dockerfile", frozenset({"KL001"})),),
+    )
+    got = lint_paths([df], cfg)
+    assert [(f.rule, f.severity) for f in got.findings] == [("KL012", "error")]
+
+
+def test_target_changes_the_final_stage() -> None:
+    text = (
+        "FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS dev\n"
+        "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS runtime\n"
+        "USER 1000\n"
+    )
+    assert lint_text(text) == []
+    rules = {f.rule for f in lint_text(text, config=LintConfig(target="dev"))}
+    assert rules == {"KL001", "KL005"}
+
+
+def test_training_switch_in_config() -> None:
+    text = 'FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04\nENV NVCC_FLAGS="-O3 --use_fast_math"\nUSER 1000\n'
+    assert lint_text(text) == []
+    assert [f.rule for f in lint_text(text, config=LintConfig(training=True))] == ["KL007"]
+
+
+def test_findings_carry_why_source_fix_and_stage() -> None:
+    text = "FROM python:3.11-slim-bookworm AS app\nRUN pip install numpy==2.1.0\nUSER 1000\n"
+    (f,) = lint_text(text, path="x/Dockerfile")
+    assert (f.rule, f.severity, f.path, f.line, f.stage) == ("KL002", "warning", "x/Dockerfile", 2, "app")
+    assert "--mount=type=cache,target=/root/.cache/pip" in f.fix
+    assert "pip docs" in f.source and "cache" in f.why
+
+
+def test_secret_names_and_shapes() -> None:
+    from torchkiln.lint.rules import secret_name, url_credentials
+
+    for name in ("HF_TOKEN", "GITHUB_TOKEN", "DB_PASSWORD", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "NPM_AUTH_KEY"):
+        assert secret_name(name), name
+    for name in ("TOKENIZERS_PARALLELISM", "HF_TOKEN_PATH", "TOKEN_FILE", "PWD", "MAX_JOBS", "AWS_ACCESS_KEY_ID"):
+        assert not secret_name(name), name
+    assert url_credentials("https://user:pw@host/simple") == "user:pw"
+    assert url_credentials("https://${TOKEN}@host") is None
+    assert url_credentials("git+ssh://git@github.com/org/repo") is None
+    assert url_credentials("https://host/simple") is None
+
+
+def test_arch_list_validation_follows_torch() -> None:
+    from torchkiln.lint.rules import VALID_ARCH_STRINGS, expand_arch_list
+
+    assert expand_arch_list("Ampere;Hopper") == ["8.0", "8.6+PTX", "9.0+PTX"]
+    assert expand_arch_list("Ampere+Tegra") == ["8.7"]
+    assert expand_arch_list("8.0 9.0") == ["8.0", "9.0"]
+    assert "" in expand_arch_list("8.0;")
+    assert {"9.0a", "12.0+PTX", "10.3a+PTX"} <= VALID_ARCH_STRINGS
+    assert not {"sm_80", "80", "8.0+ptx", "9.0f"} & VALID_ARCH_STRINGS
+
+
+def test_arch_list_table_matches_installed_torch() -> None:
+    """Our copy of torch's accepted arch strings is the one torch actually uses (when installed)."""
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    import inspect
+
+    from torchkiln.lint.rules import NAMED_ARCHES, SUPPORTED_ARCHES
+
+    src = inspect.getsource(cpp_extension._get_cuda_arch_flags)
+    for arch in SUPPORTED_ARCHES:
+        assert f"'{arch}'" in src, arch
+    for named, value in NAMED_ARCHES:
+        assert f"('{named}', '{value}')" in src, named
