@@ -342,7 +342,8 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
                 )
             preamble.append(ins)
             for name, value in arg_pairs(ins):
-                global_args[name] = value
+                # a default may name an earlier ARG (ARG BASE=cuda:${CUDA}-devel): expand it now
+                global_args[name] = substitute(value, global_args) if value is not None else None
         else:
             current.append(ins)
     close_stage()

@@ -1,0 +1,3 @@
+# only comments
+
+# FROM python:3.11

@@ -1,0 +1,2 @@
+RUN echo hi
+FROM python:3.11-slim-bookworm
