@@ -52,6 +52,7 @@ COMMAND_MODULES = (
     "render",
     "explain",
     "lint",
+    "inspect",
 )
 
 for _name in COMMAND_MODULES:

@@ -4,9 +4,11 @@ This is our own code: no maintained library reads CUDA fat binaries. NVIDIA docu
 only through ``fatbinary_section.h`` (shipped with the toolkit) and ``cuobjdump``; the layout below
 was checked against nvcc 13.0 output and ``cuobjdump --list-elf --list-ptx`` on real libraries.
 
-**This module must stay stdlib-only** (``pyelftools`` is an optional import): ``kiln verify`` copies
-this one file into images that have nothing but the standard library and torch. Do not import
-anything from torchkiln here either.
+**This module must stay stdlib-only**: ``kiln verify`` copies this one file into images that have
+nothing but the standard library and torch. Do not import anything from torchkiln (or any
+third-party package) here. For the same reason, and for speed, the ELF section table is read by a
+small struct-based reader (:func:`elf_sections`) rather than pyelftools, whose parser costs about
+12 ms per file; the tests check that reader against pyelftools.
 
 Where fat binaries live in an ELF file
 --------------------------------------
@@ -25,10 +27,12 @@ Where fat binaries live in an ELF file
 file has no ``.nv_fatbin``, those of ``__nv_relfatbin``; ``cuobjdump -all`` lists both (``.nv_fatbin``
 first). :func:`list_entries` follows the same rule (``all_sections=True`` for ``-all``).
 
-When the section headers are stripped (or pyelftools is not installed) the file is scanned for the
-container magic instead, and each hit is validated: the header fields must be sane and the entry
-headers must tile the container exactly. Such a scan cannot tell the two sections apart, so it
-returns the entries of every container it finds (``section`` is then ``""``).
+When the section headers are stripped the file is scanned for the container magic instead, and
+each hit is validated: the header fields must be sane and the entry headers must tile the
+container exactly. Such a scan cannot tell the sections apart, so it returns the entries of every
+container it finds (``section`` is then ``""``), including relocatable device code and fat binaries
+that libraries embed as private resources (cuBLAS keeps some in ``.cask_resource``), which
+cuobjdump skips.
 
 Container header (16 bytes, little-endian)
 ------------------------------------------
@@ -78,16 +82,19 @@ import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Literal, Union
+from typing import IO, Literal, Protocol, Union
 
 __all__ = [
     "CONTAINER_MAGIC",
     "FATBIN_SECTIONS",
+    "BinaryFile",
+    "ElfSection",
     "FatbinEntry",
     "FatbinError",
     "FatbinListing",
     "NotElfError",
     "cuobjdump_lines",
+    "elf_sections",
     "list_entries",
     "read_fatbins",
     "scan_containers",
@@ -117,7 +124,17 @@ _MAX_ENTRY_HEADER = 4096
 _SCAN_CHUNK = 16 << 20
 
 Kind = Literal["sass", "ptx", "ltoir", "unknown"]
-Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, IO[bytes]]
+
+
+class BinaryFile(Protocol):
+    """What a file object given to :func:`read_fatbins` must offer (any seekable binary file)."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+    def seek(self, offset: int, whence: int = ..., /) -> int: ...
+    def seekable(self) -> bool: ...
+
+
+Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, BinaryFile]
 ReadAt = Callable[[int, int], bytes]
 
 
@@ -208,9 +225,9 @@ class FatbinListing:
     machine: int
 
 
-def _parse_container(read_at: ReadAt, offset: int, limit: int, section: str, index: int) -> tuple[
-    list[FatbinEntry], int
-]:
+def _parse_container(
+    read_at: ReadAt, offset: int, limit: int, section: str, index: int
+) -> tuple[list[FatbinEntry], int]:
     """Parse the container at ``offset``; return its entries and the offset just past it.
 
     Raises FatbinError if the container does not lie within ``limit`` or its entries do not tile it.
@@ -234,8 +251,8 @@ def _parse_container(read_at: ReadAt, offset: int, limit: int, section: str, ind
         raw = read_at(pos, _ENTRY.size)
         if len(raw) < _ENTRY.size:
             raise FatbinError(f"fat binary entry at {pos:#x} is truncated")
-        (kind, _ever, ehsize, psize, csize, _opt, minor, major, sm, idoff, idlen, flags, _res, usize) = (
-            _ENTRY.unpack(raw)
+        (kind, _ever, ehsize, psize, csize, _opt, minor, major, sm, idoff, idlen, flags, _res, usize) = _ENTRY.unpack(
+            raw
         )
         if not _MIN_ENTRY_HEADER <= ehsize <= _MAX_ENTRY_HEADER or pos + ehsize + psize > end:
             raise FatbinError(
@@ -251,9 +268,7 @@ def _parse_container(read_at: ReadAt, offset: int, limit: int, section: str, ind
             compression = "lz4"
         elif csize:
             compression = "unknown"
-        suffix: Literal["", "a", "f"] = (
-            "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
-        )
+        suffix: Literal["", "a", "f"] = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
         entries.append(
             FatbinEntry(
                 kind=_KINDS.get(kind, "unknown"),
@@ -279,9 +294,7 @@ def _parse_container(read_at: ReadAt, offset: int, limit: int, section: str, ind
     return entries, end
 
 
-def _parse_region(
-    read_at: ReadAt, start: int, end: int, section: str, first_index: int
-) -> list[FatbinEntry]:
+def _parse_region(read_at: ReadAt, start: int, end: int, section: str, first_index: int) -> list[FatbinEntry]:
     """Parse the containers lying back to back in ``[start, end)`` (a fat-binary section)."""
     out: list[FatbinEntry] = []
     pos = start
@@ -349,69 +362,100 @@ def _elf_header(head: bytes) -> tuple[int, int]:
     return e_type, e_machine
 
 
-def _sections_pyelftools(fileobj: IO[bytes], size: int) -> list[tuple[str, int, int]] | None:
-    """Locate fat-binary sections with pyelftools; None when it is missing or headers are stripped.
+@dataclass(frozen=True)
+class ElfSection:
+    name: str
+    type: int
+    offset: int
+    size: int
 
-    Section headers are parsed one by one with pyelftools' own structures rather than through
-    ``iter_sections``, which eagerly builds hash tables (0.1 s on a large library).
+
+SHT_NOBITS = 8
+
+
+def elf_sections(read_at: ReadAt, size: int) -> list[ElfSection] | None:
+    """The section table of an ELF file, or None when its section headers are stripped.
+
+    A minimal reader of the ELF header and section header table (ELF32/ELF64, either byte order,
+    extended section numbering), written here because this module must run with the stdlib alone
+    and because pyelftools' construct-based parsing costs about 12 ms per file, which adds up to
+    many seconds over the hundreds of ELF files of an image. The tests check it against pyelftools.
     """
-    try:
-        from elftools.common.exceptions import ELFError
-        from elftools.common.utils import struct_parse
-        from elftools.elf.elffile import ELFFile
-    except ImportError:  # optional: verify runs where only the stdlib exists
+    head = read_at(0, 64)
+    if len(head) < 52 or head[:4] != ELF_MAGIC:
+        raise NotElfError("not an ELF file (no \\x7fELF magic)")
+    cls, data = head[4], head[5]
+    if cls not in (1, 2) or data not in (1, 2):
+        raise FatbinError(f"unknown ELF class {cls} or byte order {data}")
+    e = "<" if data == 1 else ">"
+    if cls == 2:
+        (shoff,) = struct.unpack_from(e + "Q", head, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", head, 0x3A)
+        shdr = struct.Struct(e + "IIQQQQIIQQ")  # name type flags addr offset size link info align entsize
+        min_entsize = 64
+    else:
+        (shoff,) = struct.unpack_from(e + "I", head, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", head, 0x2E)
+        shdr = struct.Struct(e + "IIIIIIIIII")
+        min_entsize = 40
+    if shoff == 0:
         return None
-    try:
-        fileobj.seek(0)
-        elf = ELFFile(fileobj)
-        shoff = int(elf["e_shoff"])
-        if shoff == 0 or elf.num_sections() == 0:
-            return None
-        count = elf.num_sections()
-        shentsize = int(elf["e_shentsize"])
-        if shoff + count * shentsize > size:
+    if shentsize < min_entsize:
+        raise FatbinError(f"ELF section header size {shentsize} is too small")
+
+    def header(i: int) -> tuple[int, ...]:
+        raw = read_at(shoff + i * shentsize, shdr.size)
+        if len(raw) < shdr.size:
             raise FatbinError(
-                f"ELF section headers end at {shoff + count * shentsize} but the file has only {size} bytes"
-                " (truncated)"
+                f"ELF section header {i} lies past the end of the file ({size} bytes): the file is truncated"
             )
-        headers = [
-            struct_parse(elf.structs.Elf_Shdr, fileobj, stream_pos=shoff + i * shentsize) for i in range(count)
-        ]
-        strndx = elf.get_shstrndx()
-        if not 0 < strndx < count:
-            return None
-        strtab = headers[strndx]
-        if strtab["sh_offset"] + strtab["sh_size"] > size:
+        return shdr.unpack(raw)
+
+    first = header(0)
+    if shnum == 0:  # extended numbering: the count is in section 0's sh_size
+        shnum = first[5]
+    if shstrndx == 0xFFFF:  # SHN_XINDEX: the index is in section 0's sh_link
+        shstrndx = first[6]
+    if shnum == 0:
+        return None
+    if shoff + shnum * shentsize > size:
+        raise FatbinError(
+            f"ELF section headers end at {shoff + shnum * shentsize} but the file has only {size} bytes (truncated)"
+        )
+    if shentsize == shdr.size:
+        table = read_at(shoff, shnum * shentsize)
+        rows = list(shdr.iter_unpack(table))
+    else:
+        rows = [header(i) for i in range(shnum)]
+    if not 0 < shstrndx < shnum:
+        names = b""
+    else:
+        st = rows[shstrndx]
+        if st[4] + st[5] > size:
             raise FatbinError("ELF section name table lies past the end of the file (truncated)")
-        fileobj.seek(strtab["sh_offset"])
-        names = fileobj.read(strtab["sh_size"])
-    except (ELFError, struct.error, EOFError, OSError) as e:
-        raise FatbinError(f"corrupt ELF structure: {e}") from e
-    found: list[tuple[str, int, int]] = []
-    for h in headers:
-        start = int(h["sh_name"])
-        name = names[start : names.find(b"\0", start)].decode("latin-1") if start < len(names) else ""
-        if name in FATBIN_SECTIONS and h["sh_type"] != "SHT_NOBITS":
-            found.append((name, int(h["sh_offset"]), int(h["sh_size"])))
-    return found
+        names = read_at(st[4], st[5])
+    out: list[ElfSection] = []
+    for row in rows:
+        start = row[0]
+        stop = names.find(b"\0", start)
+        name = names[start : stop if stop >= 0 else len(names)].decode("latin-1") if start < len(names) else ""
+        out.append(ElfSection(name, row[1], row[4], row[5]))
+    return out
 
 
 class _Opened:
-    """A source turned into (read_at, size, fileobj), closing what it opened."""
+    """A source turned into (read_at, size), closing what it opened."""
 
     def __init__(self, source: Source) -> None:
         self._close: IO[bytes] | None = None
-        self.fileobj: IO[bytes]
         if isinstance(source, (bytes, bytearray, memoryview)):
             data = bytes(source)
             self.size = len(data)
-            self.fileobj = io.BytesIO(data)
             self.read_at: ReadAt = lambda off, n: data[off : off + n]
             return
         if isinstance(source, (str, os.PathLike)):
             f = open(source, "rb")  # noqa: SIM115 - closed in close()
             self._close = f
-            self.fileobj = f
             fd = f.fileno()
             self.size = os.fstat(fd).st_size
             self.read_at = lambda off, n: os.pread(fd, n, off)
@@ -420,11 +464,13 @@ class _Opened:
         if not f2.seekable():
             data = f2.read()
             self.size = len(data)
-            self.fileobj = io.BytesIO(data)
             self.read_at = lambda off, n: data[off : off + n]
             return
-        self.fileobj = f2
         self.size = f2.seek(0, io.SEEK_END)
+        pread = getattr(f2, "pread", None)  # random-access views offer pread(offset, size)
+        if callable(pread):
+            self.read_at = pread
+            return
 
         def read_at(off: int, n: int) -> bytes:
             f2.seek(off)
@@ -447,9 +493,10 @@ def read_fatbins(source: Source, *, all_sections: bool = False) -> FatbinListing
     src = _Opened(source)
     try:
         e_type, machine = _elf_header(src.read_at(0, 64))
-        sections = _sections_pyelftools(src.fileobj, src.size)
-        if sections is None:
+        table = elf_sections(src.read_at, src.size)
+        if table is None:
             return FatbinListing(tuple(scan_containers(src.read_at, src.size)), "scan", (), e_type, machine)
+        sections = [(t.name, t.offset, t.size) for t in table if t.name in FATBIN_SECTIONS and t.type != SHT_NOBITS]
         names = tuple(name for name, _, _ in sections)
         wanted: list[tuple[str, int, int]] = []
         for want in FATBIN_SECTIONS:

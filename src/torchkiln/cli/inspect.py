@@ -1,0 +1,308 @@
+"""`kiln inspect`: layers, wasted bytes and the GPU architectures of every CUDA binary of an image.
+
+Thin: picks the reader for the argument (archive, layout, wheel, ELF file or image name), resolves
+the targets, and formats the :class:`~torchkiln.inspect.report.InspectReport` as tables or JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from torchkiln.cli import app
+from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
+from torchkiln.errors import ExitCode, InputError
+from torchkiln.inspect.analyze import inspect_image_name, inspect_path, looks_like_path
+from torchkiln.inspect.coverage import Target, arch_sort_key, default_targets, parse_targets
+from torchkiln.inspect.report import BinaryReport, InspectReport
+from torchkiln.knowledge import load_knowledge
+
+
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="docker or podman, for an image name (default: KILN_ENGINE, else the first usable)."),
+]
+
+
+def human(n: int | float) -> str:
+    """Bytes as 1.5 GiB / 320.0 MiB / 12.0 KiB / 17 B."""
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
+
+
+def _targets(texts: list[str] | None, spec: Path | None) -> tuple[Target, ...]:
+    knowledge = load_knowledge()
+    if texts:
+        return parse_targets(texts, knowledge)
+    spec_file = spec if spec is not None else (Path("kiln.toml") if Path("kiln.toml").is_file() else None)
+    spec_targets: list[str] | None = None
+    if spec_file is not None:
+        from torchkiln.spec import load_spec
+
+        spec_targets = load_spec(spec_file).gpu.targets
+    return default_targets(knowledge, spec_targets)
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str], None] | None]:
+    if not enabled or not err_console.is_terminal:
+        yield None
+        return
+    with err_console.status("reading…") as status:
+        yield lambda msg: status.update(escape(msg))
+
+
+def _mark(ok: bool) -> str:
+    return "[green]✓[/green]" if ok else "[red]✗[/red]"
+
+
+def _archs(archs: tuple[str, ...] | list[str], limit: int = 12) -> str:
+    items = sorted(set(archs), key=arch_sort_key)
+    text = " ".join(items[:limit])
+    return text + (f" (+{len(items) - limit})" if len(items) > limit else "")
+
+
+def _print_image(report: InspectReport, top: int) -> None:
+    img = report.image
+    assert img is not None
+    tags = ", ".join(img.tags) or "untagged"
+    plat = "/".join(x for x in (img.os, img.architecture) if x)
+    console.print(
+        f"[bold]{escape(report.source)}[/bold]  {img.format}  {escape(tags)}  {plat}  "
+        f"{human(img.size)} in {len(img.layers)} layer(s), archive {human(img.archive_size)}"
+    )
+    t = Table(title="Layers", title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("size", justify="right")
+    t.add_column("files", justify="right")
+    t.add_column("wasted", justify="right")
+    t.add_column("created by", overflow="fold")
+    for layer in img.layers:
+        cb = layer.created_by or layer.digest
+        t.add_row(
+            str(layer.index),
+            human(layer.size),
+            str(layer.files),
+            human(layer.wasted) if layer.wasted else "",
+            escape(cb if len(cb) <= 160 else cb[:157] + "…"),
+        )
+    console.print(t)
+    waste = report.waste
+    if waste is None:
+        return
+    if not waste.categories:
+        console.print("No wasted bytes found.")
+    else:
+        w = Table(title=f"Wasted bytes: {human(waste.total)}", title_justify="left")
+        w.add_column("what")
+        w.add_column("bytes", justify="right")
+        w.add_column("files", justify="right")
+        w.add_column("biggest", overflow="fold")
+        for cat in waste.categories:
+            biggest = "\n".join(
+                f"{escape('/' + i.path)} ({human(i.bytes)}, layer {i.layer}"
+                + (f", removed in {i.removed_in}" if i.removed_in is not None else "")
+                + ")"
+                for i in cat.items[:top]
+            )
+            if len(cat.items) > top:
+                biggest += f"\n… {len(cat.items) - top} more"
+            w.add_row(cat.title, human(cat.bytes), str(cat.files), biggest)
+        console.print(w)
+    for note in report.notes:
+        console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def _print_coverage(report: InspectReport, show_binaries: bool) -> None:
+    targets = report.targets
+    cuda = [b for b in report.binaries if b.entries]
+    n_entries = sum(len(b.device_entries) for b in cuda)
+    console.print(
+        f"[bold]CUDA binaries:[/bold] {len(cuda)} with {n_entries} device-code entries; "
+        f"targets: {', '.join(str(t) for t in targets)}"
+    )
+    if not cuda and report.kind != "binary":
+        return
+    if report.kind == "binary" or show_binaries:
+        _print_binaries(cuda, targets)
+    if report.kind != "binary":
+        p = Table(title="Per package", title_justify="left")
+        p.add_column("package")
+        p.add_column("version")
+        p.add_column("binaries", justify="right")
+        p.add_column("architectures", overflow="fold")
+        for t in targets:
+            p.add_column(escape(t.label), justify="center")
+        for pkg in report.packages:
+            cells = []
+            for t in targets:
+                bad = len(pkg.failing.get(t.key, ()))
+                cells.append(_mark(True) if bad == 0 else f"[red]✗ {bad}[/red]")
+            p.add_row(escape(pkg.package), escape(pkg.version or ""), str(pkg.binaries), _archs(pkg.archs), *cells)
+        console.print(p)
+    failing = report.failing
+    if failing:
+        f = Table(
+            title="No kernel image for a target (these fail with 'no kernel image is available')", title_justify="left"
+        )
+        f.add_column("binary", overflow="fold")
+        f.add_column("package")
+        f.add_column("has")
+        f.add_column("fails on")
+        for b in failing:
+            f.add_row(escape(b.path), escape(b.package or ""), _archs(b.archs, 8), ", ".join(str(t) for t in b.failing))
+        console.print(f)
+    elif cuda:
+        console.print("[green]Every CUDA binary has a kernel image for every target.[/green]")
+    errors = report.errors
+    for b in errors:
+        console.print(f"[yellow]unreadable ELF file[/yellow] {escape(b.path)}: {escape(b.error or '')}")
+
+
+def _print_binaries(binaries: list[BinaryReport], targets: tuple[Target, ...]) -> None:
+    t = Table(title="Binaries", title_justify="left")
+    t.add_column("binary", overflow="fold")
+    t.add_column("package")
+    t.add_column("entries", justify="right")
+    t.add_column("architectures", overflow="fold")
+    for tg in targets:
+        t.add_column(escape(tg.label), justify="center")
+    for b in binaries:
+        by_target = {r.target.key: r for r in b.coverage}
+        cells = []
+        for tg in targets:
+            r = by_target.get(tg.key)
+            cells.append(_mark(r is not None and r.runs) + ("" if r is None or r.how != "ptx-jit" else " jit"))
+        compressed = sum(1 for e in b.device_entries if e.compressed)
+        entries = f"{len(b.device_entries)}" + (f" ({compressed} compressed)" if compressed else "")
+        t.add_row(escape(b.path), escape(b.package or ""), entries, _archs(b.archs, 16), *cells)
+    console.print(t)
+
+
+def _print_arch_summary(b: BinaryReport) -> None:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for e in b.entries:
+        g = groups.setdefault((e.kind, e.arch), [0, 0, 0])
+        g[0] += 1
+        g[1] += int(e.compressed)
+        g[2] += e.uncompressed_size if e.compressed else e.payload_size
+    t = Table(title=f"{escape(b.path)} ({b.elf_type}, found by {b.method})", title_justify="left")
+    t.add_column("arch")
+    t.add_column("kind")
+    t.add_column("entries", justify="right")
+    t.add_column("compressed", justify="right")
+    t.add_column("size (uncompressed)", justify="right")
+    for (kind, arch), (n, nc, size) in sorted(
+        groups.items(), key=lambda kv: arch_sort_key(kv[0][1]) if kv[0][0] in ("sass", "ptx") else (9999, 0, "")
+    ):
+        t.add_row(arch, kind, str(n), str(nc), human(size))
+    console.print(t)
+
+
+def _print_entries(b: BinaryReport) -> None:
+    t = Table(title=f"Entries of {escape(b.path)} ({b.elf_type}, found by {b.method})", title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("kind")
+    t.add_column("arch")
+    t.add_column("compressed")
+    t.add_column("size", justify="right")
+    t.add_column("section")
+    t.add_column("container", justify="right")
+    for i, e in enumerate(b.entries, 1):
+        size = e.uncompressed_size if e.compressed else e.payload_size
+        t.add_row(str(i), e.kind, e.arch, e.compression or "no", human(size), e.section or "(scan)", str(e.container))
+    console.print(t)
+
+
+@app.command("inspect")
+def inspect_cmd(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An image archive (docker save), an OCI layout (directory or tar), a .whl, an ELF file"
+            " (.so, executable, .o), or the name of an image in the local engine.",
+            show_default=False,
+            metavar="IMAGE|PATH",
+        ),
+    ],
+    targets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--targets",
+            "-t",
+            help="Target GPUs, names or compute capabilities (H100, 8.6, sm_120); repeat or separate with commas."
+            " Default: the spec's gpu.targets, else a standard list.",
+        ),
+    ] = None,
+    spec: Annotated[
+        Path | None, typer.Option("--spec", help="Take the targets from this kiln.toml (default: ./kiln.toml).")
+    ] = None,
+    engine_name: EngineOpt = None,
+    binaries: Annotated[bool, typer.Option("--binaries", "-b", help="List every CUDA binary.")] = False,
+    entries: Annotated[bool, typer.Option("--entries", help="List every embedded entry of every binary.")] = False,
+    all_sections: Annotated[
+        bool,
+        typer.Option("--all-sections", help="Also list relocatable device code (__nv_relfatbin), like cuobjdump -all."),
+    ] = False,
+    top: Annotated[int, typer.Option("--top", help="Wasted-byte items to show per category.")] = 5,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 when a CUDA binary has no kernel image for some target.")
+    ] = False,
+    json: JsonOpt = False,
+) -> int:
+    """Show layers, wasted bytes and the GPU architectures of every CUDA binary of an image, wheel or .so.
+
+    For each target GPU, says whether each CUDA binary can run there (matching SASS, compatible
+    SASS, or PTX the driver can JIT). Reads archives by random access; never runs or unpacks them.
+
+    Exit codes: 0 done; 1 with --check when a binary would fail with "no kernel image"; 7 for a
+    missing or damaged input; 4 for an unknown target GPU.
+    """
+    tg = _targets(targets, spec)
+    path = Path(target).expanduser()
+    with _progress(not json) as progress:
+        if path.exists():
+            report = inspect_path(path, tg, all_sections=all_sections, progress=progress)
+        elif looks_like_path(target):
+            raise InputError(
+                f"{target}: no such file or directory.",
+                hint="Check the path, or give the name of an image in the local docker/podman.",
+            )
+        else:
+            from torchkiln.engines import get_engine
+            from torchkiln.runner import Runner
+
+            echo = (lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]")) if state.debug else None
+            engine = get_engine(engine_name, Runner(echo=echo))
+            report = inspect_image_name(target, tg, engine, all_sections=all_sections, progress=progress)
+    if json:
+        print_json(report.to_dict())
+    else:
+        if report.image is not None:
+            _print_image(report, top)
+        elif report.kind == "wheel":
+            console.print(
+                f"[bold]{escape(report.source)}[/bold]  wheel  {report.stats.files} files, "
+                f"{report.stats.elf_files} ELF files"
+            )
+        for note in report.notes if report.image is None else ():
+            console.print(f"[dim]{escape(note)}[/dim]")
+        _print_coverage(report, binaries)
+        for b in report.binaries:
+            if b.entries and entries:
+                _print_entries(b)
+            elif b.entries and report.kind == "binary":
+                _print_arch_summary(b)
+    if check and report.failing:
+        return int(ExitCode.CHECK_FAILED)
+    return int(ExitCode.OK)

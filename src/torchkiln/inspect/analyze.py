@@ -1,0 +1,401 @@
+"""Inspect an image, a wheel or one ELF file: read it, then compute waste and GPU coverage.
+
+This is the side-effect layer of ``kiln inspect`` (it reads files and, for an image name, asks the
+container engine to export the image); everything it computes is delegated to the pure modules
+(``waste``, ``coverage``) and returned as an :class:`~torchkiln.inspect.report.InspectReport`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import posixpath
+import re
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from torchkiln.errors import InputError
+from torchkiln.inspect._io import IOStats, RangeFile
+from torchkiln.inspect.coverage import Target, binary_coverage, summarize_packages
+from torchkiln.inspect.fatbin import ELF_MAGIC, BinaryFile, FatbinError, FatbinListing, NotElfError, read_fatbins
+from torchkiln.inspect.image import ImageArchive, is_tar
+from torchkiln.inspect.report import (
+    ELF_TYPES,
+    BinaryReport,
+    ImageInfo,
+    InspectReport,
+    LayerReport,
+    ReportKind,
+    ScanStats,
+)
+from torchkiln.inspect.waste import FileRecord, LayerFiles, WasteReport, find_waste
+
+if TYPE_CHECKING:
+    from torchkiln.engines import Engine
+
+#: the smallest file that can be an ELF file with device code (an ELF64 header alone is 64 bytes)
+MIN_ELF = 64
+_RECORD = re.compile(r"^(.*?)/?([^/]+)\.dist-info/RECORD$")
+_DPKG_LIST = re.compile(r"^var/lib/dpkg/info/([^/]+?)(?::[^/:]+)?\.list$")
+_CONDA_META = re.compile(r"^(.*?)/?conda-meta/[^/]+\.json$")
+_HINT_KINDS = (
+    "Give a `docker save` archive, an OCI image layout (directory or tar), a wheel (.whl), an ELF file"
+    " (.so, executable), or the name of an image in the local docker/podman."
+)
+
+Owner = tuple[str, str | None]
+
+
+def _is_metadata(path: str) -> bool:
+    return (
+        path.endswith(".dist-info/RECORD")
+        or path == "var/lib/dpkg/status"
+        or (path.startswith("var/lib/dpkg/info/") and path.endswith(".list"))
+        or ("conda-meta/" in path and path.endswith(".json"))
+    )
+
+
+def owners_from_metadata(files: dict[str, bytes]) -> dict[str, Owner]:
+    """Map file paths to (package, version) from dist-info RECORDs, dpkg lists and conda-meta.
+
+    ``files`` maps the metadata file's path (relative to the root) to its content. Wheels win over
+    conda, conda over dpkg, when several claim a file.
+    """
+    owners: dict[str, Owner] = {}
+    dpkg_versions: dict[str, str] = {}
+    status = files.get("var/lib/dpkg/status")
+    if status:
+        name = None
+        for line in status.decode("utf-8", "replace").splitlines():
+            if line.startswith("Package: "):
+                name = line[9:].strip()
+            elif line.startswith("Version: ") and name:
+                dpkg_versions[name] = line[9:].strip()
+    for path, data in sorted(files.items()):
+        if m := _DPKG_LIST.match(path):
+            pkg = m.group(1)
+            for line in data.decode("utf-8", "replace").splitlines():
+                p = posixpath.normpath("/" + line.strip()).lstrip("/")
+                if p and p != ".":
+                    owners[p] = (pkg, dpkg_versions.get(pkg))
+    for path, data in sorted(files.items()):
+        if m := _CONDA_META.match(path):
+            try:
+                doc = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
+                continue
+            prefix = m.group(1)
+            for f in doc["files"]:
+                p = posixpath.normpath(posixpath.join("/" + prefix, str(f))).lstrip("/")
+                owners[p] = (str(doc.get("name")), str(doc.get("version")) if doc.get("version") else None)
+    for path, data in sorted(files.items()):
+        if m := _RECORD.match(path):
+            parent, distinfo = m.group(1), m.group(2)
+            name, _, version = distinfo.rpartition("-")
+            if not name:
+                name, version = distinfo, ""
+            owner = (name.replace("_", "-").lower(), version or None)
+            for row in csv.reader(io.StringIO(data.decode("utf-8", "replace"))):
+                if row and row[0]:
+                    p = posixpath.normpath(posixpath.join("/" + parent, row[0])).lstrip("/")
+                    owners[p] = owner
+    return owners
+
+
+def _read_elf(f: BinaryFile, *, all_sections: bool) -> tuple[FatbinListing | None, str | None]:
+    try:
+        return read_fatbins(f, all_sections=all_sections), None
+    except FatbinError as e:
+        return None, str(e)
+
+
+def _binary(
+    path: str,
+    size: int,
+    listing: FatbinListing | None,
+    error: str | None,
+    targets: Sequence[Target],
+    owner: Owner | None,
+    layer: int | None,
+) -> BinaryReport:
+    entries = listing.entries if listing else ()
+    return BinaryReport(
+        path=path,
+        size=size,
+        entries=entries,
+        coverage=binary_coverage(entries, targets) if entries else (),
+        package=owner[0] if owner else None,
+        version=owner[1] if owner else None,
+        layer=layer,
+        elf_type=ELF_TYPES.get(listing.elf_type, str(listing.elf_type)) if listing else "",
+        method=listing.method if listing else "",
+        sections=listing.sections if listing else (),
+        error=error,
+    )
+
+
+def _finish(
+    kind: ReportKind,
+    source: str,
+    targets: Sequence[Target],
+    binaries: list[BinaryReport],
+    stats: ScanStats,
+    *,
+    image: ImageInfo | None = None,
+    waste: WasteReport | None = None,
+    notes: Sequence[str] = (),
+) -> InspectReport:
+    binaries.sort(key=lambda b: b.path)
+    rows = [(b.package, b.version, b.path, b.entries, b.coverage) for b in binaries if b.entries]
+    notes = list(notes)
+    if any(b.method == "scan" for b in binaries):
+        notes.append(
+            "Some binaries have no section headers; their fat binaries were found by a validated scan, which"
+            " also lists relocatable device code and embedded kernel resources that cuobjdump would skip."
+        )
+    return InspectReport(
+        kind=kind,
+        source=source,
+        targets=tuple(targets),
+        binaries=tuple(binaries),
+        packages=summarize_packages(rows, targets),
+        image=image,
+        waste=waste,
+        stats=stats,
+        notes=tuple(notes),
+    )
+
+
+# -- single ELF file ---------------------------------------------------------------------------------
+def inspect_binary(path: Path, targets: Sequence[Target], *, all_sections: bool = False) -> InspectReport:
+    """One ELF file (shared object, executable or object file)."""
+    t0 = time.perf_counter()
+    try:
+        size = path.stat().st_size
+        listing = read_fatbins(path, all_sections=all_sections)
+    except NotElfError:
+        raise InputError(
+            f"{path} is not an ELF file (not a shared object, executable or object file).", hint=_HINT_KINDS
+        ) from None
+    except FatbinError as e:
+        raise InputError(f"{path} is a damaged ELF file: {e}.", hint="The file is truncated or corrupt.") from None
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}.") from None
+    binaries = [_binary(str(path), size, listing, None, targets, None, None)]
+    notes = [] if listing.entries else [f"{path.name} contains no CUDA device code."]
+    stats = ScanStats(files=1, elf_files=1, bytes_read=0, seconds=time.perf_counter() - t0)
+    return _finish("binary", str(path), targets, binaries, stats, notes=notes)
+
+
+# -- wheel -------------------------------------------------------------------------------------------
+def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool = False) -> InspectReport:
+    """Every ELF member of a wheel (a zip); members are decompressed one at a time into a spool."""
+    t0 = time.perf_counter()
+    name, version = _wheel_name(path.name)
+    binaries: list[BinaryReport] = []
+    files = elf_files = 0
+    read_s = 0.0
+    nbytes = 0
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.is_dir():
+                    continue
+                files += 1
+                if info.file_size < MIN_ELF:
+                    continue
+                t = time.perf_counter()
+                with zf.open(info) as member:
+                    head = member.read(4)
+                    if head != ELF_MAGIC:
+                        read_s += time.perf_counter() - t
+                        continue
+                    elf_files += 1
+                    with tempfile.SpooledTemporaryFile(max_size=256 << 20) as spool:
+                        spool.write(head)
+                        while chunk := member.read(8 << 20):
+                            spool.write(chunk)
+                        nbytes += info.file_size
+                        read_s += time.perf_counter() - t
+                        spool.seek(0)
+                        listing, error = _read_elf(spool, all_sections=all_sections)
+                if listing is not None and not listing.entries:
+                    continue
+                binaries.append(
+                    _binary(
+                        info.filename, info.file_size, listing, error, targets, (name, version) if name else None, None
+                    )
+                )
+    except zipfile.BadZipFile as e:
+        raise InputError(f"{path} is not a readable wheel/zip archive ({e}).", hint=_HINT_KINDS) from None
+    except (EOFError, OSError) as e:
+        raise InputError(f"{path} is truncated or unreadable ({e}).", hint="Download the wheel again.") from None
+    stats = ScanStats(files, elf_files, nbytes, time.perf_counter() - t0, read_s)
+    return _finish("wheel", str(path), targets, binaries, stats)
+
+
+def _wheel_name(filename: str) -> tuple[str | None, str | None]:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+        return str(name), str(version)
+    except (InvalidWheelFilename, ValueError):
+        return None, None
+
+
+# -- image -------------------------------------------------------------------------------------------
+def inspect_image_archive(
+    path: Path,
+    targets: Sequence[Target],
+    *,
+    tag: str | None = None,
+    source: str | None = None,
+    all_sections: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> InspectReport:
+    """A docker-archive or OCI layout: layers, waste, and every CUDA binary of the final filesystem."""
+    t0 = time.perf_counter()
+    io_stats = IOStats()
+    with ImageArchive(path, tag=tag, stats=io_stats) as img:
+        meta = img.meta
+        layers: list[LayerFiles] = []
+        metadata: dict[str, tuple[int, bytes]] = {}
+        found: dict[tuple[int, str], tuple[int, FatbinListing | None, str | None]] = {}
+        files = elf_files = 0
+        for ref in meta.layers:
+            if progress:
+                progress(f"layer {ref.index + 1}/{len(meta.layers)}: {ref.created_by or ref.digest}")
+            lf = LayerFiles(ref.index)
+            for m in img.iter_layer(ref):
+                if m.whiteout is not None:
+                    lf.whiteouts.append((m.path, m.whiteout))
+                    continue
+                lf.records.append(FileRecord(m.path, ref.index, m.type, m.size, m.linkname))
+                if m.type != "file":
+                    continue
+                files += 1
+                if _is_metadata(m.path):
+                    if m.size <= 64 << 20:
+                        metadata[m.path] = (ref.index, m.read_all())
+                    continue
+                if m.size < MIN_ELF or m.read_head(4) != ELF_MAGIC:
+                    continue
+                elf_files += 1
+                f = m.open_random()
+                try:
+                    listing, error = _read_elf(f, all_sections=all_sections)
+                finally:
+                    if not isinstance(f, RangeFile):
+                        f.close()  # type: ignore[attr-defined]
+                if error is not None or (listing is not None and listing.entries):
+                    found[(ref.index, m.path)] = (m.size, listing, error)
+            layers.append(lf)
+
+    waste = find_waste(layers)
+    final = waste.final
+    live_meta = {p: data for p, (layer, data) in metadata.items() if p in final and final[p].layer == layer}
+    owners = owners_from_metadata(live_meta)
+    binaries = []
+    for (layer, p), (size, listing, error) in found.items():
+        rec = final.get(p)
+        if rec is None or rec.layer != layer:
+            continue  # deleted or replaced later: not in the image as it runs
+        binaries.append(_binary("/" + p, size, listing, error, targets, owners.get(p), layer))
+
+    layer_reports = []
+    for ref, lf in zip(meta.layers, layers, strict=True):
+        layer_reports.append(
+            LayerReport(
+                index=ref.index,
+                digest=ref.digest,
+                created_by=ref.created_by,
+                blob_size=ref.blob_size,
+                compression=ref.compression,
+                size=sum(r.size for r in lf.records),
+                files=sum(1 for r in lf.records if r.type == "file"),
+                wasted=waste.per_layer.get(ref.index, 0),
+            )
+        )
+    info = ImageInfo(meta.format, meta.tags, meta.os, meta.architecture, meta.archive_size, tuple(layer_reports))
+    notes = []
+    if waste.compiler:
+        notes.append(
+            f"The image has a compiler (/{waste.compiler}), so headers and static libraries are not counted as waste."
+        )
+    stats = ScanStats(files, elf_files, io_stats.bytes_read, time.perf_counter() - t0, io_stats.read_seconds)
+    return _finish("image", source or str(path), targets, binaries, stats, image=info, waste=waste, notes=notes)
+
+
+def inspect_image_name(
+    image: str,
+    targets: Sequence[Target],
+    engine: Engine,
+    *,
+    all_sections: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> InspectReport:
+    """An image in the local engine: exported with ``save`` to a temporary archive, then read."""
+    if not engine.image_exists(image):
+        raise InputError(
+            f"no image {image!r} in {engine.name}, and no file of that name.",
+            hint=f"Build it (`kiln build`), pull it (`{engine.name} pull {image}`), or give a path to an archive.",
+        )
+    with tempfile.TemporaryDirectory(prefix="kiln-inspect-") as tmp:
+        dest = Path(tmp) / "image.tar"
+        if progress:
+            progress(f"exporting {image} with {engine.name} save")
+        engine.save(image, dest)
+        return inspect_image_archive(
+            dest, targets, tag=image, source=image, all_sections=all_sections, progress=progress
+        )
+
+
+# -- dispatch ----------------------------------------------------------------------------------------
+def looks_like_path(arg: str) -> bool:
+    """Whether a missing ``arg`` was meant as a file rather than an image name."""
+    return (
+        arg.startswith(("/", "./", "../", "~"))
+        or arg.endswith((".tar", ".whl", ".so", ".o", ".zip", ".oci"))
+        or bool(re.search(r"\.so(\.\d+)*$", arg))
+        or (os.sep in arg and not re.match(r"^[a-z0-9.-]+(:\d+)?/", arg))
+    )
+
+
+def inspect_path(
+    path: Path,
+    targets: Sequence[Target],
+    *,
+    tag: str | None = None,
+    all_sections: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> InspectReport:
+    """Inspect an existing file or directory, choosing the reader by its content."""
+    if path.is_dir():
+        return inspect_image_archive(path, targets, tag=tag, all_sections=all_sections, progress=progress)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}.") from None
+    if head.startswith(ELF_MAGIC):
+        return inspect_binary(path, targets, all_sections=all_sections)
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return inspect_wheel(path, targets, all_sections=all_sections)
+    if is_tar(head):
+        return inspect_image_archive(path, targets, tag=tag, all_sections=all_sections, progress=progress)
+    if head.startswith(b"\x1f\x8b") or head.startswith(b"\x28\xb5\x2f\xfd"):
+        raise InputError(
+            f"{path} is a compressed file; kiln inspect reads archives by random access, which compression prevents.",
+            hint=f"Decompress it first (`gunzip -k {path}` or `zstd -d {path}`), or give the image name.",
+        )
+    what = "empty" if not head else "not an image archive, OCI layout, wheel or ELF file"
+    raise InputError(f"{path} is {what}.", hint=_HINT_KINDS)

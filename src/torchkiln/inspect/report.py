@@ -1,0 +1,209 @@
+"""The result of ``kiln inspect``: frozen dataclasses and their JSON form (a stable contract).
+
+JSON shape (``InspectReport.to_dict``)::
+
+    {
+      "kind": "image" | "wheel" | "binary",
+      "source": "...",
+      "targets": [{"name": "H100", "capability": "9.0"}, ...],
+      "image": {format, tags, os, architecture, archive_size, size, layers: [
+                 {index, digest, created_by, blob_size, compression, size, files, wasted}]} | null,
+      "waste": {"total": N, "compiler": PATH | null, "categories": [
+                 {category, title, bytes, files, items_total, items: [{path, bytes, files, layer, removed_in}]}]}
+               | null,
+      "binaries": [{path, package, version, layer, size, elf_type, method, sections, error,
+                    "entries": [{kind: "sass"|"ptx", arch: "sm_90"|"sm_90a"|"compute_90", compressed, ...}],
+                    "other_entries": [...LTO-IR and unknown kinds...],
+                    "coverage": {"9.0": {runs, entry, how}}, "failing": ["9.0", ...]}],
+      "packages": [{package, version, binaries, entries, archs, targets: {"9.0": {binaries_ok, failing}}}],
+      "summary": {files, elf_files, cuda_binaries, entries, failing_binaries, wasted, errors},
+      "notes": ["..."]
+    }
+
+``entries`` holds only SASS and PTX; ``arch`` is ``sm_XY[a|f]`` for SASS and ``compute_XY[a|f]`` for
+PTX. Paths inside images are absolute ("/usr/lib/..."); inside wheels they are the wheel's member
+names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from torchkiln.inspect.coverage import PackageCoverage, Target, TargetResult
+from torchkiln.inspect.fatbin import FatbinEntry
+from torchkiln.inspect.waste import WasteReport
+
+ReportKind = Literal["image", "wheel", "binary"]
+
+ELF_TYPES = {1: "relocatable", 2: "executable", 3: "shared object", 4: "core"}
+
+
+@dataclass(frozen=True)
+class BinaryReport:
+    """One CUDA binary (an ELF file with device code), or an ELF file that could not be read."""
+
+    path: str
+    size: int
+    entries: tuple[FatbinEntry, ...]
+    coverage: tuple[TargetResult, ...]
+    package: str | None = None
+    version: str | None = None
+    layer: int | None = None
+    elf_type: str = ""
+    #: "sections" or "scan" (section headers stripped), "" when unreadable
+    method: str = ""
+    sections: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def device_entries(self) -> tuple[FatbinEntry, ...]:
+        return tuple(e for e in self.entries if e.kind in ("sass", "ptx"))
+
+    @property
+    def failing(self) -> tuple[Target, ...]:
+        return tuple(r.target for r in self.coverage if not r.runs)
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        from torchkiln.inspect.coverage import arch_sort_key
+
+        return tuple(sorted({e.arch for e in self.device_entries}, key=arch_sort_key))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "package": self.package,
+            "version": self.version,
+            "layer": self.layer,
+            "size": self.size,
+            "elf_type": self.elf_type,
+            "method": self.method,
+            "sections": list(self.sections),
+            "error": self.error,
+            "archs": list(self.archs),
+            "entries": [e.to_dict() for e in self.device_entries],
+            "other_entries": [e.to_dict() for e in self.entries if e.kind not in ("sass", "ptx")],
+            "coverage": {r.target.key: r.to_dict() for r in self.coverage},
+            "failing": [t.key for t in self.failing],
+        }
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    index: int
+    digest: str
+    created_by: str | None
+    blob_size: int
+    compression: str
+    #: bytes of the regular files in the layer (uncompressed content)
+    size: int
+    files: int
+    #: wasted bytes stored in this layer
+    wasted: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "digest": self.digest,
+            "created_by": self.created_by,
+            "blob_size": self.blob_size,
+            "compression": self.compression,
+            "size": self.size,
+            "files": self.files,
+            "wasted": self.wasted,
+        }
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    format: str
+    tags: tuple[str, ...]
+    os: str | None
+    architecture: str | None
+    archive_size: int
+    layers: tuple[LayerReport, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(layer.size for layer in self.layers)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "format": self.format,
+            "tags": list(self.tags),
+            "os": self.os,
+            "architecture": self.architecture,
+            "archive_size": self.archive_size,
+            "size": self.size,
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
+
+
+@dataclass(frozen=True)
+class ScanStats:
+    """How much was looked at, and where the time went (for ``bench/``)."""
+
+    files: int = 0
+    elf_files: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    read_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "files": self.files,
+            "elf_files": self.elf_files,
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 3),
+            "read_seconds": round(self.read_seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    kind: ReportKind
+    source: str
+    targets: tuple[Target, ...]
+    binaries: tuple[BinaryReport, ...]
+    packages: tuple[PackageCoverage, ...]
+    image: ImageInfo | None = None
+    waste: WasteReport | None = None
+    stats: ScanStats = field(default_factory=ScanStats)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failing(self) -> tuple[BinaryReport, ...]:
+        return tuple(b for b in self.binaries if b.failing)
+
+    @property
+    def errors(self) -> tuple[BinaryReport, ...]:
+        return tuple(b for b in self.binaries if b.error)
+
+    def to_dict(self, max_waste_items: int | None = 200) -> dict[str, object]:
+        waste: dict[str, object] | None = None
+        if self.waste is not None:
+            waste = {
+                "total": self.waste.total,
+                "compiler": None if self.waste.compiler is None else "/" + self.waste.compiler,
+                "categories": [c.to_dict(max_waste_items) for c in self.waste.categories],
+            }
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "targets": [{"name": t.label, "capability": t.key} for t in self.targets],
+            "image": None if self.image is None else self.image.to_dict(),
+            "waste": waste,
+            "binaries": [b.to_dict() for b in self.binaries],
+            "packages": [p.to_dict() for p in self.packages],
+            "summary": {
+                "files": self.stats.files,
+                "elf_files": self.stats.elf_files,
+                "cuda_binaries": sum(1 for b in self.binaries if b.entries),
+                "entries": sum(len(b.device_entries) for b in self.binaries),
+                "failing_binaries": len(self.failing),
+                "wasted": None if self.waste is None else self.waste.total,
+                "errors": len(self.errors),
+            },
+            "notes": list(self.notes),
+        }
