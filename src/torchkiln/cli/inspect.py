@@ -23,7 +23,6 @@ from torchkiln.inspect.coverage import Target, arch_sort_key, default_targets, p
 from torchkiln.inspect.report import BinaryReport, InspectReport
 from torchkiln.knowledge import load_knowledge
 
-
 EngineOpt = Annotated[
     str | None,
     typer.Option("--engine", help="docker or podman, for an image name (default: KILN_ENGINE, else the first usable)."),
