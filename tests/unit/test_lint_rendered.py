@@ -1,0 +1,36 @@
+"""torchkiln's own output passes its own linter: every example spec is rendered and its
+Dockerfile (built as either of the targets a user builds: runtime, the default, and dev) and its
+shell scripts have no finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchkiln.cli._load import load_plan
+from torchkiln.lint import LintConfig, lint_text
+from torchkiln.lint.model import parse_dockerfile
+from torchkiln.render.context import context_files
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SPECS = sorted([*EXAMPLES.glob("*.toml"), *EXAMPLES.glob("*/kiln.toml")])
+
+
+def test_there_are_examples_to_render() -> None:
+    assert len(SPECS) >= 3
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_rendered_build_context_has_no_findings(spec: Path) -> None:
+    _spec, plan, _ = load_plan(spec)
+    files = context_files(plan)
+    dockerfile = files["Dockerfile"]
+    stages = [s.name for s in parse_dockerfile(dockerfile).stages]
+    assert stages[-1] == "runtime"
+    for target in [t for t in ("runtime", "dev") if t in stages]:
+        findings = lint_text(dockerfile, f"{spec.stem}/Dockerfile", config=LintConfig(target=target))
+        assert [(f.rule, f.line, f.message) for f in findings] == [], f"--target {target}"
+    for name, text in files.items():
+        if name.endswith(".sh"):
+            assert lint_text(text, name, kind="script") == [], name
