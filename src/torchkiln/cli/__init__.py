@@ -52,7 +52,11 @@ COMMAND_MODULES = (
     "render",
     "explain",
     "lint",
+    "build",
+    "run",
+    "base",
     "inspect",
+    "export",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,246 @@
+"""`kiln build`: resolve → render → build with a real engine → tag → summary.
+
+Progress goes to stderr: live (rich) on a terminal, one plain line per finished step otherwise (CI,
+pipes). The summary goes to stdout, as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from torchkiln.cli import app
+from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
+from torchkiln.engines import BuildEvent, Engine, StepRecord, get_engine
+from torchkiln.engines.pipeline import BuildOptions, BuildSummary, build_image, image_ref, load_plan
+from torchkiln.runner import Runner
+from torchkiln.sources import layer_from_flags
+
+Target = Literal["runtime", "dev"]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable)."),
+]
+
+
+def make_runner() -> Runner:
+    """The runner every command uses: echoes each subprocess with --debug."""
+    if state.debug:
+        return Runner(echo=lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]", highlight=False))
+    return Runner()
+
+
+def live_output() -> bool:
+    """Live progress only on an interactive terminal outside CI."""
+    return err_console.is_terminal and not os.environ.get("CI") and os.environ.get("TERM") != "dumb"
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1000
+    return f"{size:.2f} GB"  # pragma: no cover
+
+
+class StepDisplay:
+    """Shows build progress: finished steps as lines, the running one live (terminal only)."""
+
+    def __init__(self, *, live: bool, verbose: bool) -> None:
+        self.verbose = verbose
+        self.live: Live | None = Live(console=err_console, transient=True, refresh_per_second=8) if live else None
+        self.current = ""
+        self.last_line = ""
+        self.started = time.monotonic()
+
+    def __enter__(self) -> StepDisplay:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def _status(self) -> Text:
+        t = Text()
+        t.append(f"⠿ {time.monotonic() - self.started:5.0f}s ", style="cyan")
+        t.append(self.current[:100])
+        if self.last_line:
+            t.append("\n    " + self.last_line[:120], style="dim")
+        return t
+
+    def event(self, ev: BuildEvent) -> None:
+        title = StepRecord(ev.step, ev.stage, ev.name).title
+        internal = ev.stage in ("internal", "export", "auth", "")
+        if ev.status == "running":
+            if ev.line is None:
+                self.current = f"[{ev.stage}] {title}"
+                self.last_line = ""
+            else:
+                self.last_line = ev.line
+                if self.verbose:
+                    err_console.print(f"    {escape(ev.line)}", highlight=False, style="dim")
+            if self.live is not None:
+                self.live.update(self._status())
+            return
+        if internal and ev.status != "error" and not self.verbose:
+            return
+        secs = f"{ev.seconds:.1f}s" if ev.seconds else ""
+        mark = {"cached": "[green]cached[/green]", "done": "[blue]done[/blue]", "error": "[bold red]FAILED[/bold red]"}
+        err_console.print(
+            f"  {mark.get(ev.status, ev.status)} {secs:>7} [bold]\\[{escape(ev.stage)}][/bold] {escape(title)}",
+            highlight=False,
+        )
+
+    def line(self, text: str) -> None:
+        """A raw output line (debootstrap): live status on a terminal, plain info lines otherwise."""
+        self.last_line = text
+        if self.live is not None:
+            self.live.update(self._status())
+        elif self.verbose or text.startswith(("I: ", "W: ", "E: ")):
+            err_console.print(escape(text), highlight=False)
+
+
+def print_summary(summary: BuildSummary, spec: Path) -> None:
+    e = summary.engine
+    console.print(
+        f"[bold green]built[/bold green] {summary.image} ({summary.target}) with {e['name']} "
+        f"{e['server_version']} ({e['builder']}) in {summary.seconds:.1f} s",
+        highlight=False,
+    )
+    console.print(
+        f"  size {human_size(summary.size_bytes)} · {summary.layers} layers · "
+        f"cache: {summary.cache_hits} steps reused, {summary.cache_misses} rebuilt · "
+        f"export {summary.export_seconds:.1f} s",
+        highlight=False,
+    )
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    table.add_column("stage")
+    table.add_column("time", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column("cached", justify="right")
+    for s in summary.stages:
+        table.add_row(s.name, f"{s.seconds:.1f}s", str(s.steps), str(s.cached))
+    console.print(table)
+    if summary.pushed:
+        console.print(f"  pushed {summary.image}")
+    console.print(f"run it: kiln run {spec} -- python -c 'import torch; print(torch.__version__)'", highlight=False)
+
+
+@app.command("build")
+def build_cmd(
+    spec: Annotated[Path, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)],
+    target: Annotated[Target, typer.Option("--target", help="Stage to build: the slim runtime or dev.")] = "runtime",
+    engine_name: EngineOpt = None,
+    base: Annotated[
+        str | None,
+        typer.Option("--base", help="Build on this base image instead of the plan's (e.g. kiln-base:bookworm)."),
+    ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", "-t", help="Tag the image NAME:TAG instead of the spec's.")
+    ] = None,
+    push: Annotated[bool, typer.Option("--push", help="Push the image after a successful build.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    context: Annotated[
+        Path | None,
+        typer.Option("--context", help="Render the build context here (default: torchkiln's cache folder)."),
+    ] = None,
+    index_url: Annotated[
+        str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")
+    ] = None,
+    extra_index_url: Annotated[
+        list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")
+    ] = None,
+    find_links: Annotated[
+        list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")
+    ] = None,
+    torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
+    ca_bundle: Annotated[
+        str | None, typer.Option("--ca-bundle", help="PEM CA bundle for TLS-intercepting proxies (a build secret).")
+    ] = None,
+    network: Annotated[
+        str | None, typer.Option("--network", help="'host' to build with host networking.")
+    ] = None,
+    index_strategy: Annotated[
+        str | None, typer.Option("--index-strategy", help="uv index strategy (pip's behaviour: unsafe-best-match).")
+    ] = None,
+    sources_from_pip: Annotated[
+        bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Render the context and print the engine command; build nothing.")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line the engine prints.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Build the image a spec describes with docker (BuildKit) or podman, and tag it.
+
+    Package sources come from flags, then KILN_* environment variables, then the spec's \\[sources],
+    then (with --sources-from-pip) pip's configuration; they reach the build as secrets only.
+    """
+    runner = make_runner()
+    flags = layer_from_flags(
+        index_url=index_url,
+        extra_index_urls=extra_index_url or (),
+        find_links=find_links or (),
+        torch_index=torch_index,
+        ca_bundle=ca_bundle,
+        network=network,
+        index_strategy=index_strategy,
+        cwd=Path.cwd(),
+    )
+    engine = get_engine(engine_name, runner)
+    options = BuildOptions(
+        target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
+        from_pip=sources_from_pip, flags=flags,
+    )
+    if dry_run:
+        _dry_run(spec, engine, options, json)
+        return
+    if not json:
+        err_console.print(
+            f"building {escape(str(spec))} ({target}) with {engine.name} {engine.info.server_version} "
+            f"({engine.info.builder})",
+            highlight=False,
+        )
+    with StepDisplay(live=live_output() and not json, verbose=verbose) as display:
+        summary = build_image(spec, engine, options, progress=display.event, runner=runner)
+    if json:
+        print_json(summary.to_dict())
+    else:
+        print_summary(summary, spec)
+
+
+def _dry_run(spec: Path, engine: Engine, options: BuildOptions, as_json: bool) -> None:
+    from torchkiln.engines.pipeline import default_context_dir
+    from torchkiln.render import write_context
+    from torchkiln.sources import SECRET_CA, SECRET_UV
+
+    plan, spec_dir = load_plan(spec, base=options.base)
+    ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
+    write_context(plan, spec_dir, ctx)
+    secrets = {SECRET_UV: Path("<uv.toml from the sources>"), SECRET_CA: Path("<CA bundle, when given>")}
+    cmd, env = engine.build_command(
+        ctx, ctx / "Dockerfile", target=options.target, secrets=secrets, network=options.flags.network,
+        no_cache=options.no_cache,
+    )
+    ref = image_ref(plan, options.target, options.tag)
+    if as_json:
+        print_json({"image": ref, "context": str(ctx), "command": cmd, "env": env, "engine": engine.info.to_dict()})
+        return
+    prefix = " ".join(f"{k}={v}" for k, v in env.items())
+    console.print(f"context: {ctx}", highlight=False)
+    console.print(f"image:   {ref} (tagged after a successful build)", highlight=False)
+    console.print(f"command: {prefix + ' ' if prefix else ''}{shlex.join(cmd)}", highlight=False, soft_wrap=True)
+

@@ -1,0 +1,85 @@
+"""`kiln run SPEC -- CMD`: run a command in the image a spec builds (the same engine, removed after)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from torchkiln.cli import app
+from torchkiln.cli.build import EngineOpt, Target, make_runner
+from torchkiln.engines import Mount, get_engine
+from torchkiln.engines.pipeline import image_ref, load_plan
+from torchkiln.errors import InputError
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key or not sep:
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-e/--env")
+        out[key] = value
+    return out
+
+
+def _parse_mount(item: str) -> Mount:
+    parts = item.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise typer.BadParameter(f"{item!r} is not HOST_PATH:CONTAINER_PATH[:ro|rw]", param_hint="-v/--volume")
+    source = Path(parts[0]).resolve()
+    if not source.exists():
+        raise InputError(f"{source} does not exist (from -v {item}).", hint="Give an existing host path.")
+    return Mount(source, parts[1], read_only=len(parts) == 3 and parts[2] == "ro")
+
+
+@app.command(
+    "run",
+    context_settings={"allow_interspersed_args": False},
+)
+def run_cmd(
+    spec: Annotated[Path, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)],
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="The command to run (after `--`); default: the image's CMD.", show_default=False),
+    ] = None,
+    target: Annotated[Target, typer.Option("--target", help="Which built image: runtime or dev.")] = "runtime",
+    engine_name: EngineOpt = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", "-t", help="Run this image reference instead of the spec's.")
+    ] = None,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Attach all GPUs (docker --gpus all, podman CDI).")] = False,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable).")] = None,
+    volume: Annotated[
+        list[str] | None, typer.Option("--volume", "-v", help="HOST:CONTAINER[:ro] (repeatable).")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Run as this user instead of the image's.")] = None,
+    interactive: Annotated[
+        bool, typer.Option("--interactive/--no-interactive", "-i", help="Keep stdin open (and a TTY on a terminal).")
+    ] = True,
+) -> None:
+    """Run a command in the spec's built image; exits with the command's exit code.
+
+    Example: kiln run examples/cpu.toml -- python -c "import torch; print(torch.__version__)"
+    """
+    plan, _ = load_plan(spec)
+    ref = image_ref(plan, target, tag)
+    engine = get_engine(engine_name, make_runner())
+    if not engine.image_exists(ref):
+        raise InputError(
+            f"the image {ref} does not exist in {engine.name}.",
+            hint=f"Build it first: kiln build {spec}" + (f" --target {target}" if target != "runtime" else ""),
+        )
+    result = engine.run(
+        ref,
+        list(command or []),
+        gpus=gpus,
+        mounts=[_parse_mount(v) for v in volume or []],
+        env=_parse_env(env or []),
+        user=user,
+        passthrough=True,
+        interactive=interactive,
+        check=False,
+    )
+    raise typer.Exit(result.returncode)

@@ -1,0 +1,90 @@
+"""Container engines: the only place in torchkiln that builds or runs containers.
+
+``get_engine(name)`` returns a ready engine — docker (BuildKit) first, then podman, when no name is
+given — after probing that it really works: the client can use BuildKit, the daemon answers, the
+versions are supported. When none is usable, ``EngineMissingError`` says, for every candidate, why
+not and what to install or start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from torchkiln.engines.base import (
+    ENGINE_NAMES,
+    BuildEvent,
+    BuildOutcome,
+    Engine,
+    EngineInfo,
+    EngineName,
+    ImageDetails,
+    Mount,
+    StepRecord,
+)
+from torchkiln.engines.docker import INSTALL_HINT as DOCKER_INSTALL_HINT
+from torchkiln.engines.docker import DockerEngine, Probe, docker_candidates, probe_docker
+from torchkiln.engines.podman import PodmanEngine, probe_podman
+from torchkiln.errors import EngineMissingError
+from torchkiln.runner import Runner
+
+__all__ = [
+    "ENGINE_NAMES",
+    "BuildEvent",
+    "BuildOutcome",
+    "DockerEngine",
+    "Engine",
+    "EngineInfo",
+    "EngineName",
+    "ImageDetails",
+    "Mount",
+    "PodmanEngine",
+    "StepRecord",
+    "get_engine",
+    "probe_engines",
+]
+
+
+def probe_engines(
+    name: str | None = None, runner: Runner | None = None, env: Mapping[str, str] | None = None
+) -> list[Probe]:
+    """Probe the candidates for ``name`` (all engines when None) in order of preference.
+
+    Stops at the first usable one; the list holds the failed probes before it.
+    """
+    runner = runner or Runner()
+    env = os.environ if env is None else env
+    wanted = name or env.get("KILN_ENGINE") or None
+    if wanted is not None and wanted not in ENGINE_NAMES:
+        raise EngineMissingError(
+            f"unknown engine {wanted!r}.", hint=f"Choose one of: {', '.join(ENGINE_NAMES)}."
+        )
+    probes: list[Probe] = []
+    if wanted in (None, "docker"):
+        for binary in docker_candidates(env):
+            p = probe_docker(binary, runner)
+            probes.append(p)
+            if p.engine is not None:
+                return probes
+        if not docker_candidates(env):
+            probes.append(Probe("docker", None, "docker is not installed", DOCKER_INSTALL_HINT))
+    if wanted in (None, "podman"):
+        p = probe_podman(runner, env.get("KILN_PODMAN"))
+        probes.append(p)
+    return probes
+
+
+def get_engine(name: str | None = None, runner: Runner | None = None) -> Engine:
+    """The engine to use: ``name`` ("docker" / "podman"), else ``KILN_ENGINE``, else the first usable."""
+    probes = probe_engines(name, runner)
+    for p in probes:
+        if p.engine is not None:
+            return p.engine
+    reasons = "; ".join(f"{p.binary}: {p.reason}" for p in probes)
+    wanted = name or os.environ.get("KILN_ENGINE")
+    what = f"{wanted} cannot be used" if wanted else "no usable container engine was found"
+    hints: list[str] = []
+    for p in probes:
+        if p.hint and p.hint not in hints:
+            hints.append(p.hint)
+    raise EngineMissingError(f"{what} ({reasons}).", hint=" ".join(hints))

@@ -1,0 +1,392 @@
+"""The engine interface: the only code in torchkiln that builds or runs containers.
+
+One small abstract class (``Engine``) with one implementation per engine (``docker.py`` for
+BuildKit through the docker CLI, ``podman.py``). Everything an engine returns is a frozen
+dataclass, so callers never parse engine output themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from torchkiln.errors import BuildError, InputError, KilnError, SourceError
+from torchkiln.runner import Completed, Runner
+
+EngineName = Literal["docker", "podman"]
+ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman")
+
+StepStatus = Literal["running", "cached", "done", "error"]
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    name: EngineName
+    binary: str
+    client_version: str
+    server_version: str
+    #: how images are built: "buildx" (docker buildx build), "buildkit" (docker build with
+    #: DOCKER_BUILDKIT=1), "buildah" (podman build)
+    builder: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "binary": self.binary,
+            "client_version": self.client_version,
+            "server_version": self.server_version,
+            "builder": self.builder,
+        }
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """A change of one build step, sent to the progress callback as it happens."""
+
+    step: str  # engine-specific id ("#7" for BuildKit, "2/3:4" for podman)
+    stage: str  # Dockerfile stage name ("builder", "runtime"); "internal" for BuildKit's own steps
+    name: str  # the instruction as the engine prints it
+    status: StepStatus
+    seconds: float | None = None
+    line: str | None = None  # one line of the step's output (status "running")
+
+
+@dataclass
+class StepRecord:
+    step: str
+    stage: str
+    name: str
+    status: StepStatus = "running"
+    seconds: float | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        """The instruction without its ``--mount`` options, shortened for one line."""
+        text = re.sub(r"--mount=\S+\s+", "", self.name)
+        text = re.sub(r"\s+", " ", text).strip()
+        return text if len(text) <= 110 else text[:107] + "..."
+
+    @property
+    def is_instruction(self) -> bool:
+        """A Dockerfile instruction (not BuildKit's context transfer, metadata or export steps)."""
+        return self.stage not in ("internal", "export", "auth", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "stage": self.stage,
+            "name": self.title,
+            "status": self.status,
+            "seconds": None if self.seconds is None else round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    image_id: str
+    seconds: float
+    steps: tuple[StepRecord, ...]
+
+
+@dataclass(frozen=True)
+class ImageDetails:
+    id: str
+    size: int  # bytes, as the engine reports it (uncompressed)
+    layers: int
+    user: str
+    env: tuple[str, ...]
+    labels: Mapping[str, str]
+    created: str
+
+    @classmethod
+    def from_inspect(cls, data: Mapping[str, Any]) -> ImageDetails:
+        config = data.get("Config") or {}
+        rootfs = data.get("RootFS") or {}
+        return cls(
+            id=str(data.get("Id", "")),
+            size=int(data.get("Size", 0)),
+            layers=len(rootfs.get("Layers") or []),
+            user=str(config.get("User") or ""),
+            env=tuple(config.get("Env") or ()),
+            labels=dict(config.get("Labels") or {}),
+            created=str(data.get("Created", "")),
+        )
+
+
+ProgressCallback = Callable[[BuildEvent], None]
+
+
+class Engine(ABC):
+    """A container engine. Every method runs the engine's CLI through ``runner``."""
+
+    name: EngineName
+
+    def __init__(self, info: EngineInfo, runner: Runner) -> None:
+        self.info = info
+        self.runner = runner
+
+    # -- the interface -------------------------------------------------------------------------
+    def version(self) -> EngineInfo:
+        return self.info
+
+    @abstractmethod
+    def build(
+        self,
+        context: Path,
+        dockerfile: Path,
+        *,
+        target: str | None = None,
+        secrets: Mapping[str, Path] | None = None,
+        network: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> BuildOutcome:
+        """Build ``dockerfile`` in ``context``; the image is left untagged (tag it with ``tag``)."""
+
+    @abstractmethod
+    def build_command(
+        self,
+        context: Path,
+        dockerfile: Path,
+        *,
+        target: str | None = None,
+        secrets: Mapping[str, Path] | None = None,
+        network: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
+        iidfile: Path | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command line (and extra environment) ``build`` runs; for dry runs and docs."""
+
+    def run(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        gpus: bool = False,
+        mounts: Sequence[Mount] = (),
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        workdir: str | None = None,
+        network: str | None = None,
+        entrypoint: str | None = None,
+        passthrough: bool = False,
+        interactive: bool = False,
+        check: bool = True,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run ``argv`` in a fresh container of ``image`` (removed afterwards)."""
+        cmd = [self.info.binary, "run", "--rm"]
+        if interactive:
+            cmd.append("-i")
+        if passthrough and interactive and _stdin_is_tty():
+            cmd.append("-t")
+        if gpus:
+            cmd += self._gpu_flags()
+        for m in mounts:
+            cmd += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
+        for k, v in (env or {}).items():
+            cmd += ["-e", f"{k}={v}"]
+        if user is not None:
+            cmd += ["--user", user]
+        if workdir is not None:
+            cmd += ["--workdir", workdir]
+        if network is not None:
+            cmd += ["--network", network]
+        if entrypoint is not None:
+            cmd += ["--entrypoint", entrypoint]
+        cmd += [image, *argv]
+        return self.runner.run(
+            cmd,
+            passthrough=passthrough,
+            on_line=on_line,
+            check=check,
+            timeout=timeout,
+            what=f"{self.name} run {image}",
+            error=lambda m, h, d: BuildError(m, h, details=d),
+        )
+
+    def save(self, image: str, dest: Path) -> Path:
+        """Write ``image`` as a docker-archive tar to ``dest``."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.runner.run(
+            self._save_command(image, dest),
+            what=f"{self.name} save {image}",
+            error=lambda m, h, d: InputError(m, h or f"Check that `{image}` exists: `kiln build` it first.", details=d),
+        )
+        return dest
+
+    def image_exists(self, image: str) -> bool:
+        r = self.runner.run([self.info.binary, "image", "inspect", image], check=False)
+        return r.returncode == 0
+
+    def inspect_image(self, image: str) -> ImageDetails:
+        r = self.runner.run(
+            [self.info.binary, "image", "inspect", image],
+            what=f"{self.name} image inspect",
+            error=lambda m, h, d: InputError(
+                f"image {image!r} does not exist in {self.name}.", h or "Build it first with `kiln build`.", details=d
+            ),
+        )
+        data = json.loads(r.stdout)
+        if isinstance(data, list):
+            data = data[0]
+        return ImageDetails.from_inspect(data)
+
+    def history(self, image: str) -> list[str]:
+        """The ``created by`` line of every layer, newest first, untruncated."""
+        r = self.runner.run(
+            [self.info.binary, "history", "--no-trunc", "--format", "{{.CreatedBy}}", image],
+            what=f"{self.name} history",
+        )
+        return r.stdout.splitlines()
+
+    def tag(self, source: str, ref: str) -> None:
+        self.runner.run([self.info.binary, "tag", source, ref], what=f"{self.name} tag")
+
+    def remove_image(self, image: str, *, missing_ok: bool = True) -> bool:
+        """Remove a tag (or an image id); returns whether something was removed."""
+        if missing_ok and not self.image_exists(image):
+            return False
+        self.runner.run([self.info.binary, "rmi", image], what=f"{self.name} rmi {image}")
+        return True
+
+    def pull(self, image: str, *, timeout: float | None = 120) -> bool:
+        """Try to pull ``image``; False (never an error) when no registry has it."""
+        r = self.runner.run([self.info.binary, "pull", image], check=False, timeout=timeout)
+        return r.returncode == 0
+
+    def push(self, image: str) -> None:
+        self.runner.run(
+            [self.info.binary, "push", image],
+            what=f"{self.name} push {image}",
+            hint="Log in to the registry (`docker login` / `podman login`) and check the image name's registry part.",
+        )
+
+    def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str:
+        """Import a root-filesystem tarball as image ``ref``; returns its id."""
+        cmd = [self.info.binary, "import"]
+        for c in changes:
+            cmd += ["--change", c]
+        cmd += [str(tarball), ref]
+        r = self.runner.run(cmd, what=f"{self.name} import")
+        return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+
+    # -- engine specifics ----------------------------------------------------------------------
+    @abstractmethod
+    def _gpu_flags(self) -> list[str]: ...
+
+    @abstractmethod
+    def _save_command(self, image: str, dest: Path) -> list[str]: ...
+
+
+def _stdin_is_tty() -> bool:
+    import sys
+
+    return sys.stdin.isatty()
+
+
+# -- classification of build failures -------------------------------------------------------------
+
+_UNREACHABLE = re.compile(
+    r"(Failed to fetch|error sending request|dns error|failed to lookup address|Connection refused|"
+    r"Could not connect|Network is unreachable|invalid peer certificate|certificate verify failed|"
+    r"UnknownIssuer|tcp connect error|Temporary failure in name resolution|Name or service not known|"
+    r"Connection reset by peer|operation timed out)",
+    re.IGNORECASE,
+)
+_BASE_MISSING = re.compile(
+    r"(failed to resolve source metadata for|pull access denied|manifest unknown|"
+    r"repository does not exist|initializing source docker://|error creating build container|"
+    r"failed to do request: Head \"https://|no such host|short-name .* did not resolve)",
+    re.IGNORECASE,
+)
+
+
+def classify_build_failure(
+    failing: StepRecord | None, output_tail: str, *, base_image: str | None = None
+) -> KilnError | None:
+    """A more specific error than "build failed" for a failed build, or None.
+
+    - the FROM image is neither local nor pullable → InputError telling to bootstrap a base;
+    - a package install step cannot reach its index → SourceError.
+    """
+    text = "\n".join(failing.log if failing else []) + "\n" + output_tail
+    where = _step_title(failing)
+    details = _failure_details(failing, output_tail)
+    if failing is None or failing.name.upper().startswith("FROM") or failing.stage == "internal":
+        if _BASE_MISSING.search(text):
+            name = base_image or "the base image"
+            return InputError(
+                f"{name} is not in the engine's local store and cannot be pulled.",
+                hint=(
+                    "Make an offline base with `kiln base bootstrap` and build on it "
+                    "(`kiln build SPEC --base kiln-base:bookworm`, or `[base] image` in kiln.toml), "
+                    f"or load the image into the engine (`docker load` / `podman load`) as {name}."
+                ),
+                details=details,
+            )
+    if _UNREACHABLE.search(text) and failing is not None and failing.is_instruction:
+        return SourceError(
+            f"the package index could not be reached during {where}.",
+            hint=(
+                "Check the index URL and the network: use --network host when the index is on this "
+                "machine or behind its proxy, --ca-bundle for a TLS-intercepting proxy, or a local "
+                "wheel folder with --find-links (see docs/build.md)."
+            ),
+            details=details,
+        )
+    return None
+
+
+def _step_title(step: StepRecord | None) -> str:
+    if step is None:
+        return "the build"
+    return f"step [{step.stage}] {step.title}" if step.stage else f"step {step.title}"
+
+
+def _failure_details(step: StepRecord | None, output_tail: str, lines: int = 25) -> str:
+    parts: list[str] = []
+    if step is not None:
+        parts.append(f"failing {_step_title(step)}:")
+        parts.extend(f"  {ln}" for ln in step.log[-lines:])
+    tail = [ln for ln in output_tail.splitlines() if ln.strip()]
+    # the engine's own last words (BuildKit: "error: failed to solve: ..."; podman: "Error: ...")
+    final = [ln for ln in tail[-6:] if re.match(r"^\s*(error|Error|ERROR)\b", ln)]
+    if not parts:
+        parts.extend(tail[-lines:])
+    else:
+        parts.extend(final)
+    return "\n".join(parts)
+
+
+def build_failure(
+    engine: str, failing: StepRecord | None, result: Completed, *, base_image: str | None = None
+) -> KilnError:
+    """The error for a failed build: specific when recognised, else a BuildError with the step's tail."""
+    specific = classify_build_failure(failing, result.tail(60), base_image=base_image)
+    if specific is not None:
+        return specific
+    return BuildError(
+        f"{engine} build failed at {_step_title(failing)}.",
+        hint=(
+            "Read the step's last lines above; fix the spec (package names, versions) or the app files "
+            "and rebuild — finished steps are cached. Rerun with --debug to see the full engine command."
+        ),
+        details=_failure_details(failing, result.tail(60)),
+    )

@@ -1,0 +1,241 @@
+"""``kiln build`` as a library call: spec → plan → build context → engine build → tag → summary.
+
+The image is built untagged (the engine writes its id to an ``--iidfile``) and tagged only after
+the build succeeded, so a failed build never leaves a half-made image under the spec's name.
+Package sources are merged (flags > environment > spec > pip configuration, see
+``torchkiln.sources``) and handed to the engine as secrets for the duration of the build only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchkiln import sources as src
+from torchkiln.base import LABEL_PREFIX, kiln_cache_dir
+from torchkiln.engines.base import BuildEvent, Engine, StepRecord
+from torchkiln.errors import InputError, ResolveError
+from torchkiln.plan import BuildPlan
+from torchkiln.runner import Runner
+
+TARGETS = ("runtime", "dev")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    target: str = "runtime"
+    base: str | None = None  # replaces the plan's base image
+    tag: str | None = None  # replaces the image reference ("name:tag")
+    context_dir: Path | None = None  # where the build context is rendered
+    no_cache: bool = False
+    push: bool = False
+    from_pip: bool = False  # import the host's pip configuration as the lowest source layer
+    flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    name: str
+    seconds: float
+    steps: int
+    cached: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": round(self.seconds, 2), "steps": self.steps, "cached": self.cached}
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    image: str
+    image_id: str
+    target: str
+    engine: dict[str, str]
+    seconds: float  # wall time of the whole command (render, sources, build, tag)
+    build_seconds: float  # the engine's build alone
+    export_seconds: float
+    context: str
+    size_bytes: int
+    layers: int
+    stages: tuple[StageSummary, ...]
+    steps: tuple[StepRecord, ...]
+    cache_hits: int
+    cache_misses: int
+    base_image: str
+    sources: dict[str, Any]
+    pushed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "image_id": self.image_id,
+            "target": self.target,
+            "engine": self.engine,
+            "seconds": round(self.seconds, 2),
+            "build_seconds": round(self.build_seconds, 2),
+            "export_seconds": round(self.export_seconds, 2),
+            "size_bytes": self.size_bytes,
+            "layers": self.layers,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "stages": [s.to_dict() for s in self.stages],
+            "steps": [s.to_dict() for s in self.steps if s.is_instruction],
+            "base_image": self.base_image,
+            "context": self.context,
+            "sources": self.sources,
+            "pushed": self.pushed,
+        }
+
+
+def load_plan(spec_path: Path, *, base: str | None = None) -> tuple[BuildPlan, Path]:
+    """Read and resolve a spec; returns the plan (with ``base`` applied) and the spec's folder."""
+    from torchkiln.knowledge import load_knowledge
+    from torchkiln.resolve import resolve
+    from torchkiln.spec import load_spec
+
+    p = spec_path / "kiln.toml" if spec_path.is_dir() else spec_path
+    plan = resolve(load_spec(p), load_knowledge())
+    if base:
+        plan = dataclasses.replace(plan, base_image=base)
+    return plan, p.resolve().parent
+
+
+def image_ref(plan: BuildPlan, target: str, tag: str | None = None) -> str:
+    """The reference a build of ``target`` is tagged with (dev images get a ``-dev`` tag suffix)."""
+    if tag:
+        return tag
+    return plan.image_ref if target == "runtime" else f"{plan.image_name}:{plan.tag}-{target}"
+
+
+def default_context_dir(plan: BuildPlan, spec_dir: Path) -> Path:
+    """A stable folder per (spec folder, image name), so BuildKit's context transfer stays incremental."""
+    digest = hashlib.sha256(str(spec_dir).encode()).hexdigest()[:10]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", plan.image_name).strip("-")
+    return kiln_cache_dir() / "contexts" / f"{name}-{digest}"
+
+
+def summarize_stages(steps: tuple[StepRecord, ...]) -> tuple[StageSummary, ...]:
+    """Time and cache hits per Dockerfile stage, in order of first appearance (pure)."""
+    order: list[str] = []
+    acc: dict[str, list[float]] = {}
+    for s in steps:
+        if not s.is_instruction:
+            continue
+        if s.stage not in acc:
+            order.append(s.stage)
+            acc[s.stage] = [0.0, 0, 0]
+        a = acc[s.stage]
+        a[0] += s.seconds or 0.0
+        a[1] += 1
+        a[2] += 1 if s.status == "cached" else 0
+    return tuple(StageSummary(n, acc[n][0], int(acc[n][1]), int(acc[n][2])) for n in order)
+
+
+def cache_counts(steps: tuple[StepRecord, ...]) -> tuple[int, int]:
+    """(hits, misses) over the Dockerfile's instructions (FROM lines are neither)."""
+    counted = [s for s in steps if s.is_instruction and not s.name.upper().startswith("FROM ")]
+    hits = sum(1 for s in counted if s.status == "cached")
+    return hits, len(counted) - hits
+
+
+def ensure_base(engine: Engine, plan: BuildPlan) -> None:
+    """The base image must be local or pullable, and hold the Python the plan needs."""
+    base = plan.base_image
+    if not engine.image_exists(base) and not engine.pull(base):
+        raise InputError(
+            f"the base image {base} is not in {engine.name}'s local store and cannot be pulled.",
+            hint=(
+                "Without a registry, make a base offline: `kiln base bootstrap` (Debian bookworm + Python 3.11), "
+                "then build with `--base kiln-base:bookworm` or set `[base] image = \"kiln-base:bookworm\"` in "
+                f"kiln.toml. Or load an image you have (`{engine.name} load -i FILE`) and tag it {base}."
+            ),
+        )
+    labels = engine.inspect_image(base).labels
+    python = labels.get(f"{LABEL_PREFIX}.python")
+    if python and python != plan.python and plan.python_source == "image":
+        raise ResolveError(
+            f"the base image {base} has Python {python}, but the spec asks for Python {plan.python}.",
+            hint=(
+                f"Set [python] version = \"{python}\" in kiln.toml, or bootstrap a suite whose python3 is "
+                f"{plan.python} (`kiln base bootstrap --suite SUITE`)."
+            ),
+        )
+
+
+def build_image(
+    spec_path: Path,
+    engine: Engine,
+    options: BuildOptions | None = None,
+    *,
+    progress: Callable[[BuildEvent], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    runner: Runner | None = None,
+) -> BuildSummary:
+    """Build the image a spec describes and tag it; see the module docstring."""
+    from torchkiln.render import write_context
+
+    options = options or BuildOptions()
+    if options.target not in TARGETS:
+        raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
+    start = time.monotonic()
+    plan, spec_dir = load_plan(spec_path, base=options.base)
+    ref = image_ref(plan, options.target, options.tag)
+    sources = src.resolve_sources(
+        flags=options.flags,
+        env=env,
+        plan_sources=plan.sources,
+        spec_dir=spec_dir,
+        from_pip=options.from_pip,
+        runner=runner or engine.runner,
+    )
+    ensure_base(engine, plan)
+    ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
+    write_context(plan, spec_dir, ctx)
+    with src.prepare(sources, ctx) as prepared:
+        outcome = engine.build(
+            ctx,
+            ctx / "Dockerfile",
+            target=options.target,
+            secrets=prepared.secrets,
+            network=prepared.network,
+            no_cache=options.no_cache,
+            progress=progress,
+        )
+        sources_record = {**sources.to_dict(), **prepared.to_dict()}
+    if not outcome.image_id:
+        raise InputError(
+            f"{engine.name} reported success but wrote no image id.",
+            hint="Rerun with --debug and check the engine's output.",
+        )
+    engine.tag(outcome.image_id, ref)
+    details = engine.inspect_image(ref)
+    pushed = False
+    if options.push:
+        engine.push(ref)
+        pushed = True
+    hits, misses = cache_counts(outcome.steps)
+    export = sum(s.seconds or 0.0 for s in outcome.steps if s.stage == "export")
+    return BuildSummary(
+        image=ref,
+        image_id=outcome.image_id,
+        target=options.target,
+        engine=engine.info.to_dict(),
+        seconds=time.monotonic() - start,
+        build_seconds=outcome.seconds,
+        export_seconds=export,
+        context=str(ctx),
+        size_bytes=details.size,
+        layers=details.layers,
+        stages=summarize_stages(outcome.steps),
+        steps=outcome.steps,
+        cache_hits=hits,
+        cache_misses=misses,
+        base_image=plan.base_image,
+        sources=sources_record,
+        pushed=pushed,
+    )

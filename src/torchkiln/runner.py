@@ -1,0 +1,229 @@
+"""The one subprocess runner of torchkiln.
+
+Every external program (docker, podman, debootstrap, tar, pip) is started through ``Runner.run``:
+it resolves the binary on ``PATH`` (a missing tool becomes a typed error that says what to
+install), echoes the command when asked (``kiln --debug``), either captures the output or streams
+it line by line to a callback, and on failure raises a typed ``KilnError`` whose ``details`` replay
+the last lines of the output. Quiet by default, loud on failure (the pattern of pypa/build's
+``_ctx.py`` and scikit-build-core's ``FailedProcessError``); written here because the standard
+library's ``subprocess`` has no such wrapper and the runner is passed in, never patched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from torchkiln.errors import BuildError, EngineMissingError, KilnError
+
+log = logging.getLogger("torchkiln.runner")
+
+#: builds a typed error from (message, hint, details)
+ErrorFactory = Callable[[str, str | None, str | None], KilnError]
+#: looks at a failed command's output and returns a more specific error, or None
+Classifier = Callable[["Completed"], KilnError | None]
+
+#: how much of a streamed command's output is kept in memory (the head is dropped beyond this)
+_KEEP_CHARS = 4 * 1024 * 1024
+
+
+def _default_error(message: str, hint: str | None, details: str | None) -> KilnError:
+    return BuildError(message, hint, details=details)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a finished command left behind."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr together (streamed commands have everything in ``stdout``)."""
+        if self.stderr and self.stdout:
+            return self.stdout.rstrip("\n") + "\n" + self.stderr
+        return self.stdout or self.stderr
+
+    def tail(self, lines: int = 30) -> str:
+        kept = [ln for ln in self.output.splitlines() if ln.strip()]
+        return "\n".join(kept[-lines:])
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass
+class Runner:
+    """Runs external programs. ``echo`` receives each command line before it starts (``--debug``).
+
+    ``env`` is added to every child's environment (on top of ``os.environ``); ``tail_lines`` is how
+    many lines of output a failure replays.
+    """
+
+    echo: Callable[[str], None] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    tail_lines: int = 30
+
+    def which(self, name: str, *, install_hint: str | None = None) -> str:
+        """The absolute path of ``name`` (searched on PATH unless it already is a path)."""
+        if os.sep in name:
+            if os.access(name, os.X_OK) and Path(name).is_file():
+                return name
+            found = None
+        else:
+            found = shutil.which(name)
+        if found is None:
+            raise EngineMissingError(
+                f"`{name}` is not installed (not found on PATH).",
+                hint=install_hint or f"Install `{name}` and make sure it is on PATH.",
+            )
+        return found
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        stdin: Path | None = None,
+        on_line: Callable[[str], None] | None = None,
+        passthrough: bool = False,
+        check: bool = True,
+        what: str | None = None,
+        hint: str | None = None,
+        error: ErrorFactory = _default_error,
+        classify: Classifier | None = None,
+        install_hint: str | None = None,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run ``argv`` and wait for it.
+
+        - default: capture stdout and stderr separately;
+        - ``on_line``: stream stdout+stderr merged, one line at a time, to the callback;
+        - ``passthrough``: the child inherits this process's terminal (for ``kiln run``).
+
+        With ``check`` a non-zero exit raises ``classify(result)`` if that returns an error, else
+        ``error(message, hint, tail)``. ``what`` names the action in the message ("docker build").
+        """
+        args = [str(a) for a in argv]
+        args[0] = self.which(args[0], install_hint=install_hint)
+        child_env = dict(os.environ)
+        child_env.update(self.env)
+        extra = dict(env or {})
+        child_env.update(extra)
+        shown = shlex.join(args)
+        if extra:
+            shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items()) + " " + shown
+        log.debug("run: %s", shown)
+        if self.echo is not None:
+            self.echo(shown)
+
+        start = time.monotonic()
+        stdin_file: IO[bytes] | None = stdin.open("rb") if stdin is not None else None
+        try:
+            if passthrough:
+                proc = subprocess.run(args, env=child_env, cwd=cwd, stdin=stdin_file, timeout=timeout, check=False)
+                result = Completed(tuple(args), proc.returncode, "", "", time.monotonic() - start)
+            elif on_line is not None:
+                result = self._stream(args, child_env, cwd, stdin_file, on_line, timeout, start)
+            else:
+                cp = subprocess.run(
+                    args,
+                    env=child_env,
+                    cwd=cwd,
+                    stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=timeout,
+                    check=False,
+                )
+                result = Completed(
+                    tuple(args),
+                    cp.returncode,
+                    cp.stdout.decode("utf-8", "replace"),
+                    cp.stderr.decode("utf-8", "replace"),
+                    time.monotonic() - start,
+                )
+        except subprocess.TimeoutExpired:
+            raise error(
+                f"{what or Path(args[0]).name} did not finish within {timeout:.0f} s.",
+                hint,
+                f"$ {shown}",
+            ) from None
+        except OSError as e:  # exec failed: not executable, wrong format
+            raise EngineMissingError(
+                f"`{args[0]}` cannot be started ({e.strerror}).",
+                hint=install_hint or f"Reinstall `{Path(args[0]).name}`.",
+            ) from None
+        finally:
+            if stdin_file is not None:
+                stdin_file.close()
+
+        if check and result.returncode != 0:
+            specific = classify(result) if classify is not None else None
+            if specific is not None:
+                raise specific
+            name = what or Path(args[0]).name
+            details = f"$ {shown}\n{result.tail(self.tail_lines)}".rstrip()
+            raise error(f"{name} failed (exit code {result.returncode}).", hint, details)
+        return result
+
+    def _stream(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path | None,
+        stdin: IO[bytes] | None,
+        on_line: Callable[[str], None],
+        timeout: float | None,
+        start: float,
+    ) -> Completed:
+        proc = subprocess.Popen(
+            args,
+            env=env,
+            cwd=cwd,
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        chunks: deque[str] = deque()
+        kept = 0
+        assert proc.stdout is not None
+        try:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace")
+                chunks.append(line)
+                kept += len(line)
+                while kept > _KEEP_CHARS and len(chunks) > 1:
+                    kept -= len(chunks.popleft())
+                on_line(line.rstrip("\r\n"))
+                if timeout is not None and time.monotonic() - start > timeout:
+                    proc.kill()
+                    raise subprocess.TimeoutExpired(args, timeout)
+            rc = proc.wait()
+        except BaseException:
+            # KeyboardInterrupt, a callback's error, a timeout: never leave the child running
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            raise
+        finally:
+            proc.stdout.close()
+        return Completed(tuple(args), rc, "".join(chunks), "", time.monotonic() - start)
