@@ -16,6 +16,9 @@ repo=$(cd "$here/../.." && pwd)
 checks="$repo/src/torchkiln/verify/checks.py"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+# The multi-GPU machines forbid NVLink multicast (it can take a shared host's GPUs down): keep it off.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 exec > >(tee -a "$out/log.txt") 2>&1
 
 echo "== machine"

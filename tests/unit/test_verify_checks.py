@@ -288,6 +288,47 @@ def test_fatbin_reader_is_found_in_the_source_tree_and_agrees_with_list_entries(
         assert ours and [a.name for a in ours] == [a.name for a in theirs]  # type: ignore[union-attr]
 
 
+def test_kernel_free_device_link_stubs_are_told_apart() -> None:
+    reader = checks.find_fatbin_reader(CHECKS_PY.parent, [])
+    assert reader is not None
+    # multi.so: nvlink's device-link stub (4 cubins, no kernel) followed by the source's own module
+    archs, free = reader.listing(str(FATBIN_FIXTURES / "multi.so"))
+    assert len(archs) == 9
+    assert [a.name for a in free] == ["sm_75", "sm_80", "sm_90", "sm_90a"]
+    # the same with every payload zstd-compressed: looked into when a zstd decompressor exists
+    archs, free = reader.listing(str(FATBIN_FIXTURES / "compress_all.so"))
+    if checks.decompress_payload(b"", "zstd", 0) is not None or _has_zstd():
+        assert [a.name for a in free] == ["sm_75", "sm_80", "sm_90", "sm_90a"]
+    assert checks.cubin_has_kernels(b"not an elf") is None
+
+
+def _has_zstd() -> bool:
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_a_library_without_kernels_is_not_reported(tmp_path: Path) -> None:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    src = tmp_path / "nokernel.cu"
+    src.write_text('#include <cuda_runtime.h>\nextern "C" int kiln_count() { int n = 0; '
+                   'cudaGetDeviceCount(&n); return n; }\n')
+    lib = tmp_path / "lib" / "libkiln_nokernel.so"
+    lib.parent.mkdir()
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
+                    "-o", str(lib), str(src)], check=True, capture_output=True)
+    ctx = _ctx(scan=[str(lib.parent)])
+    ctx.devices = [H100]
+    r = checks._run_check(ctx, _check("arch_extensions"))
+    row = next(b for b in r.details["binaries"] if b["binary"] == lib.name)
+    assert row["kernel_free"] == ["sm_80"] and "nothing to launch" in row["note"]
+    assert lib.name not in r.reason
+
+
 def test_fatbin_reader_next_to_checks_py_wins(tmp_path: Path) -> None:
     shutil.copy(CHECKS_PY, tmp_path / "checks.py")
     shutil.copy(REPO / "src" / "torchkiln" / "inspect" / "fatbin.py", tmp_path / "fatbin.py")

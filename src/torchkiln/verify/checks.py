@@ -349,49 +349,94 @@ def rel_error_ok(err: float, tol: float) -> bool:
 FATBIN_SECTIONS = (".nv_fatbin",)
 
 
-def elf_sections(path: str) -> dict[str, tuple[int, int]] | None:
-    """{name: (file offset, size)} of the sections of a 64-bit little-endian ELF file, or None if
-    the file is not one. Reads only the ELF header, the section headers and their name table.
+ReadAt = Callable[[int, int], bytes]
+
+
+def _sections(read_at: ReadAt) -> dict[str, tuple[int, int]] | None:
+    """{name: (offset, size)} of the sections of a 64-bit little-endian ELF image read through
+    ``read_at(offset, n)``; None if it is not one. Reads the header, section headers and names only.
     """
+    ident = read_at(0, 64)
+    if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        return None
+    shoff = struct.unpack_from("<Q", ident, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
+    if shoff == 0 or shentsize < 64:
+        return {}
+    if shnum == 0 or shstrndx == 0xFFFF:  # extended numbering: the real values are in section 0
+        s0 = read_at(shoff, 64)
+        if len(s0) < 64:
+            return {}
+        if shnum == 0:
+            shnum = struct.unpack_from("<Q", s0, 0x20)[0]
+        if shstrndx == 0xFFFF:
+            shstrndx = struct.unpack_from("<I", s0, 0x28)[0]
+    if shnum > 1_000_000 or shstrndx >= shnum:
+        return {}
+    table = read_at(shoff, shentsize * shnum)
+    if len(table) < shentsize * shnum:
+        return {}
+    str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 0x18)
+    strtab = read_at(str_off, min(str_size, 1 << 20))
+    out: dict[str, tuple[int, int]] = {}
+    for i in range(shnum):
+        base = i * shentsize
+        name_off, sh_type = struct.unpack_from("<II", table, base)
+        offset, size = struct.unpack_from("<QQ", table, base + 0x18)
+        end = strtab.find(b"\0", name_off)
+        if sh_type == 8 or size == 0 or name_off >= len(strtab) or end <= name_off:  # 8 = SHT_NOBITS
+            continue
+        out.setdefault(strtab[name_off:end].decode("latin-1"), (offset, size))
+    return out
+
+
+def elf_sections(path: str) -> dict[str, tuple[int, int]] | None:
+    """{name: (file offset, size)} of the sections of a 64-bit ELF file, or None if it is not one."""
     try:
         with open(path, "rb") as f:
-            ident = f.read(64)
-            if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
-                return None
-            shoff = struct.unpack_from("<Q", ident, 0x28)[0]
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
-            if shoff == 0 or shentsize < 64:
-                return {}
-            if shnum == 0 or shstrndx == 0xFFFF:  # extended numbering: the real values are in section 0
-                f.seek(shoff)
-                s0 = f.read(64)
-                if len(s0) < 64:
-                    return {}
-                if shnum == 0:
-                    shnum = struct.unpack_from("<Q", s0, 0x20)[0]
-                if shstrndx == 0xFFFF:
-                    shstrndx = struct.unpack_from("<I", s0, 0x28)[0]
-            if shnum > 1_000_000 or shstrndx >= shnum:
-                return {}
-            f.seek(shoff)
-            table = f.read(shentsize * shnum)
-            if len(table) < shentsize * shnum:
-                return {}
-            str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 0x18)
-            f.seek(str_off)
-            strtab = f.read(min(str_size, 1 << 20))
-            out: dict[str, tuple[int, int]] = {}
-            for i in range(shnum):
-                base = i * shentsize
-                name_off, sh_type = struct.unpack_from("<II", table, base)
-                offset, size = struct.unpack_from("<QQ", table, base + 0x18)
-                end = strtab.find(b"\0", name_off)
-                if sh_type == 8 or size == 0 or name_off >= len(strtab) or end <= name_off:  # 8 = SHT_NOBITS
-                    continue
-                out.setdefault(strtab[name_off:end].decode("latin-1"), (offset, size))
-            return out
+            fd = f.fileno()
+            return _sections(lambda off, n: os.pread(fd, n, off))
     except (OSError, struct.error):
         return None
+
+
+def cubin_has_kernels(cubin: bytes) -> bool | None:
+    """Whether a cubin (the ELF payload of a SASS entry) defines any kernel (a ``.text.*`` section).
+
+    nvlink's device-link output is such a cubin without kernels (nvcc puts one in every library it
+    links; cuFFT's ``libcufftw.so.12`` carries only that). None when ``cubin`` is not ELF.
+    """
+    try:
+        sections = _sections(lambda off, n: cubin[off:off + n])
+    except struct.error:
+        return None
+    if sections is None:
+        return None
+    return any(name.startswith(".text.") for name in sections)
+
+
+def decompress_payload(payload: bytes, compression: str | None, size: int) -> bytes | None:
+    """A fat-binary entry's payload uncompressed, or None when no decompressor is available.
+
+    zstd needs Python 3.14's ``compression.zstd`` or the ``zstandard`` package, LZ4 the ``lz4``
+    package; neither is required (an unknown answer is treated as "has kernels").
+    """
+    if compression is None:
+        return payload
+    try:
+        if compression == "zstd":
+            try:
+                zstd = importlib.import_module("compression.zstd")
+                return bytes(zstd.decompress(payload))
+            except ImportError:
+                zstandard = importlib.import_module("zstandard")
+                return bytes(zstandard.ZstdDecompressor().decompress(payload, max_output_size=max(size, 1)))
+        if compression == "lz4":
+            block = importlib.import_module("lz4.block")
+            return bytes(block.decompress(payload, uncompressed_size=size))
+    except Exception:  # noqa: BLE001 - missing module or corrupt payload: unknown
+        return None
+    return None
 
 
 def _entry_to_arch(entry: Any) -> Arch | None:
@@ -450,37 +495,71 @@ def parse_cuobjdump_list(text: str) -> list[Arch]:
 
 
 class FatbinReader:
-    """Lists the SASS/PTX entries of a binary; ``describe`` says which implementation is used."""
+    """Lists the SASS/PTX entries of a binary; ``describe`` says which implementation is used.
 
-    def __init__(self, describe: str, fn: Callable[[str], list[Arch]]) -> None:
+    ``entries(path)`` reads what the CUDA runtime loads (the ``.nv_fatbin`` section);
+    ``entries(path, whole_file=True)``, where the reader can, scans the whole file for fat-binary
+    containers: some libraries keep most of their device code elsewhere and load it themselves
+    (cuFFT 12 keeps ~24,000 containers in ``.ldata`` and one kernel-less sm_75 stub in
+    ``.nv_fatbin``). ``kernel_free`` names the SASS entries known to define no kernel.
+    """
+
+    def __init__(self, describe: str, fn: Callable[[str, bool, bool], tuple[list[Arch], list[Arch]]],
+                 can_scan_whole_file: bool) -> None:
         self.describe = describe
         self._fn = fn
+        self.can_scan_whole_file = can_scan_whole_file
 
-    def entries(self, path: str) -> list[Arch]:
-        return self._fn(path)
+    def entries(self, path: str, whole_file: bool = False) -> list[Arch]:
+        return self._fn(path, whole_file, False)[0]
+
+    def listing(self, path: str, whole_file: bool = False) -> tuple[list[Arch], list[Arch]]:
+        """(entries, the SASS entries among them known to define no kernel); slower: reads cubins."""
+        return self._fn(path, whole_file, True)
 
 
 def _reader_from_module(mod: Any, describe: str) -> FatbinReader | None:
     """Adapt a fatbin module. With ``scan_containers`` (torchkiln's fatbin.py) only the
-    ``.nv_fatbin`` section, located by :func:`elf_sections`, is read; else ``list_entries(path)``."""
+    ``.nv_fatbin`` section, located by :func:`elf_sections`, is read (the whole file on request),
+    and uncompressed cubins are looked into for kernels; else ``list_entries(path)``."""
     scan = getattr(mod, "scan_containers", None)
     list_entries = getattr(mod, "list_entries", None)
     if not callable(list_entries):
         return None
 
-    def fn(path: str) -> list[Arch]:
-        sections = elf_sections(path) or {}
-        raw: Iterable[Any]
-        if callable(scan) and ".nv_fatbin" in sections:
-            start, size = sections[".nv_fatbin"]
-            with open(path, "rb") as f:
-                fd = f.fileno()
-                raw = scan(lambda off, n: os.pread(fd, max(0, min(n, size - off)), start + off), size)
-        else:
-            raw = list_entries(path)
-        return [a for a in (_entry_to_arch(e) for e in raw) if a is not None]
+    def fn(path: str, whole_file: bool, inspect_kernels: bool) -> tuple[list[Arch], list[Arch]]:
+        if not callable(scan):
+            return [a for a in map(_entry_to_arch, list_entries(path)) if a is not None], []
+        with open(path, "rb") as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            start, length = 0, size
+            if not whole_file:
+                sections = _sections(lambda off, n: os.pread(fd, n, off)) or {}
+                if ".nv_fatbin" not in sections:
+                    return [a for a in map(_entry_to_arch, list_entries(path)) if a is not None], []
+                start, length = sections[".nv_fatbin"]
 
-    return FatbinReader(describe, fn)
+            def read_at(off: int, n: int) -> bytes:
+                return os.pread(fd, max(0, min(n, length - off)), start + off)
+
+            archs: list[Arch] = []
+            kernel_free: list[Arch] = []
+            for e in scan(read_at, length):
+                a = _entry_to_arch(e)
+                if a is None:
+                    continue
+                archs.append(a)
+                if inspect_kernels and a.kind == "sass" and hasattr(e, "offset") and hasattr(e, "header_size"):
+                    csize = getattr(e, "compressed_size", 0) or getattr(e, "payload_size", 0)
+                    raw = read_at(e.offset + e.header_size, csize)
+                    cubin = decompress_payload(raw, getattr(e, "compression", None),
+                                               getattr(e, "uncompressed_size", 0))
+                    if cubin is not None and cubin_has_kernels(cubin) is False:
+                        kernel_free.append(a)
+            return archs, kernel_free
+
+    return FatbinReader(describe, fn, callable(scan))
 
 
 def find_fatbin_reader(here: Path, notes: list[str]) -> FatbinReader | None:
@@ -516,11 +595,11 @@ def find_fatbin_reader(here: Path, notes: list[str]) -> FatbinReader | None:
         notes.append(f"torchkiln.inspect.fatbin not importable: {type(e).__name__}")
     exe = shutil.which("cuobjdump")
     if exe:
-        def fn(path: str) -> list[Arch]:
+        def fn(path: str, whole_file: bool, inspect_kernels: bool) -> tuple[list[Arch], list[Arch]]:
             p = subprocess.run([exe, "--list-elf", "--list-ptx", path], capture_output=True, text=True,
                                timeout=300, check=False)
-            return parse_cuobjdump_list(p.stdout)
-        return FatbinReader(f"cuobjdump ({exe}); fatbin.py not found", fn)
+            return parse_cuobjdump_list(p.stdout), []
+        return FatbinReader(f"cuobjdump ({exe}); fatbin.py not found", fn, False)
     notes.append("cuobjdump not on PATH")
     return None
 
@@ -757,6 +836,7 @@ def check_arch_extensions(ctx: Context) -> tuple[str, str, dict[str, Any]]:
     binaries = []
     not_runnable = []
     unreadable = []
+    outside: list[str] = []  # binaries whose device code was found only by a whole-file scan
     for root, path in candidates:
         rel = os.path.relpath(path, root)
         try:
@@ -764,7 +844,33 @@ def check_arch_extensions(ctx: Context) -> tuple[str, str, dict[str, Any]]:
         except Exception as e:  # noqa: BLE001 - a broken file is reported, the scan goes on
             unreadable.append({"binary": rel, "error": f"{type(e).__name__}: {e}"})
             continue
-        row: dict[str, Any] = {"binary": rel, "archs": " ".join(a.name for a in entries)}
+        row: dict[str, Any] = {"binary": rel}
+        # A closer look only where .nv_fatbin alone leaves a device uncovered: first the whole file
+        # (libraries that load their own device code), then inside the cubins (kernel-free stubs).
+        if any(best_arch(cap, entries) is None for cap in ctx.caps()):
+            try:
+                if reader.can_scan_whole_file:
+                    everything = sorted(set(reader.entries(path, whole_file=True)))
+                    if set(everything) - set(entries):
+                        entries = everything
+                        outside.append(rel)
+                        row["note"] = "device code found outside .nv_fatbin by a whole-file scan " \
+                                      "(the library loads it itself)"
+                if any(best_arch(cap, entries) is None for cap in ctx.caps()):
+                    listed, free = reader.listing(path, whole_file=rel in outside)
+                    stubs = {a for a in set(free) if free.count(a) == listed.count(a)}
+                    if stubs:
+                        row["kernel_free"] = sorted(a.name for a in stubs)
+                        entries = [a for a in entries if a not in stubs]
+                        if not entries:
+                            row["note"] = "only kernel-free device-link stubs (" + \
+                                          ", ".join(sorted(a.name for a in stubs)) + "): nothing to launch"
+                            row["archs"] = ""
+                            binaries.append(row)
+                            continue
+            except Exception as e:  # noqa: BLE001 - keep the section's verdict, say why
+                notes.append(f"{rel}: closer look failed: {type(e).__name__}: {e}")
+        row["archs"] = " ".join(a.name for a in entries)
         if not entries:
             row["note"] = "no SASS or PTX (only LTO-IR or relocatable code)"
             binaries.append(row)
@@ -787,6 +893,7 @@ def check_arch_extensions(ctx: Context) -> tuple[str, str, dict[str, Any]]:
         binaries.append(row)
     details["not_runnable"] = not_runnable
     details["unreadable"] = unreadable
+    details["device_code_outside_nv_fatbin"] = outside
     details["binaries"] = binaries
     if not candidates:
         return PASS, f"{scanned} shared objects scanned, none carries CUDA device code", details
@@ -983,7 +1090,22 @@ def check_autocast(ctx: Context) -> tuple[str, str, dict[str, Any]]:
                             "results": results}
 
 
+def _timed_products(torch: Any, a: Any, b: Any, count: int) -> tuple[float, Any]:
+    """Seconds per product over ``count`` back-to-back products, timed between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(count):
+        c = a @ b
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0 / count, c
+
+
 def check_throughput(ctx: Context) -> tuple[str, str, dict[str, Any]]:
+    """bf16 n x n matmul: 3 warm-up products, then ``matmul_iters`` back to back between two CUDA
+    events (the usual way to quote a GPU's matmul rate, and the one of scripts/gpu/bench_bf16.py);
+    then about one second of products in a row, because power and thermal limits lower the clocks
+    under sustained load (seen on an H100: 786 TFLOP/s for 20 products, about 670 after a second)."""
     torch = ctx.torch
     rows = []
     worst_fail = []
@@ -993,24 +1115,18 @@ def check_throughput(ctx: Context) -> tuple[str, str, dict[str, Any]]:
         free, _total = torch.cuda.mem_get_info(i)
         while n > 1024 and 4 * n * n * 2 > free * 0.8:
             n //= 2
+        flops = 2.0 * n ** 3
         with torch.cuda.device(i):
             g = torch.Generator(device=f"cuda:{i}")
             g.manual_seed(5)
             a = torch.randn(n, n, device=f"cuda:{i}", dtype=torch.bfloat16, generator=g)
             b = torch.randn(n, n, device=f"cuda:{i}", dtype=torch.bfloat16, generator=g)
-            warm_until, k = time.perf_counter() + 0.25, 0
-            while k < 3 or time.perf_counter() < warm_until:  # clocks up, cuBLAS heuristics cached
-                c = a @ b
-                torch.cuda.synchronize(i)
-                k += 1
-            times = []
-            for _ in range(ctx.options.matmul_iters):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                c = a @ b
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) / 1000.0)
+            for _ in range(3):
+                a @ b
+            torch.cuda.synchronize(i)
+            per, c = _timed_products(torch, a, b, ctx.options.matmul_iters)
+            sustained_count = max(ctx.options.matmul_iters, int(1.0 / max(per, 1e-6)))
+            per_sustained, _ = _timed_products(torch, a, b, sustained_count)
             # spot-check the result: 8 rows against an fp32 product of the same bf16 inputs
             prec = torch.get_float32_matmul_precision()
             torch.set_float32_matmul_precision("highest")
@@ -1020,24 +1136,21 @@ def check_throughput(ctx: Context) -> tuple[str, str, dict[str, Any]]:
                 torch.set_float32_matmul_precision(prec)
             err = _rel_err(torch, c[:8], ref)
             del a, b, c
-        flops = 2.0 * n ** 3
-        times.sort()
-        median = times[len(times) // 2]
-        mean = sum(times) / len(times)
-        row = {
-            "device": i, "name": d["name"], "n": n, "iterations": len(times),
-            "tflops_median": round(flops / median / 1e12, 1),
-            "tflops_mean": round(flops / mean / 1e12, 1),
-            "tflops_best": round(flops / times[0] / 1e12, 1),
+        row: dict[str, Any] = {
+            "device": i, "name": d["name"], "n": n, "iterations": ctx.options.matmul_iters,
+            "tflops": round(flops / per / 1e12, 1),
+            "tflops_sustained": round(flops / per_sustained / 1e12, 1),
+            "sustained_products": sustained_count,
+            "sustained_seconds": round(per_sustained * sustained_count, 2),
             "spot_check_error": err,
         }
         peak = bf16_peak(d["name"])
         if peak is not None:
             row["peak_tflops"] = peak[0]
             row["peak_source"] = f"{peak[1]} dense bf16, NVIDIA datasheet"
-            row["fraction_of_peak"] = round(row["tflops_median"] / peak[0], 3)
+            row["fraction_of_peak"] = round(row["tflops"] / peak[0], 3)
             if row["fraction_of_peak"] < ctx.options.min_peak_fraction:
-                worst_fail.append(f"device {i} reached {row['tflops_median']} TFLOP/s, "
+                worst_fail.append(f"device {i} reached {row['tflops']} TFLOP/s, "
                                   f"{row['fraction_of_peak']:.0%} of its {peak[0]} peak "
                                   f"(below {ctx.options.min_peak_fraction:.0%}: clocks, power or thermal limits?)")
         else:
@@ -1046,14 +1159,16 @@ def check_throughput(ctx: Context) -> tuple[str, str, dict[str, Any]]:
             worst_fail.append(f"device {i} product is wrong (error {err:.2e})")
         rows.append(row)
     reason = "; ".join(
-        f"{r['name']}: {r['tflops_median']} TFLOP/s"
+        f"{r['name']}: {r['tflops']} TFLOP/s"
         + (f" ({r['fraction_of_peak']:.0%} of {r['peak_tflops']} peak)" if r.get("peak_tflops") else " (peak unknown)")
+        + f", {r['tflops_sustained']} sustained over {r['sustained_seconds']} s"
         for r in rows
     )
+    details = {"devices": rows, "dtype": "bfloat16",
+               "timing": f"mean of {ctx.options.matmul_iters} back-to-back products after 3 warm-ups, CUDA events"}
     if worst_fail:
-        return FAIL, "; ".join(worst_fail), {"devices": rows}
-    return PASS, f"bf16 {rows[0]['n']}^3 matmul: " + reason, {"devices": rows, "dtype": "bfloat16",
-                                                              "timing": "CUDA events per product, median"}
+        return FAIL, "; ".join(worst_fail), details
+    return PASS, f"bf16 {rows[0]['n']}^3 matmul: " + reason, details
 
 
 def _nccl_worker(rank: int, world: int, init_method: str, out_dir: str, nbytes: int, iters: int,
