@@ -9,7 +9,8 @@ Rules (NVIDIA CUDA compatibility guide, see ``knowledge/gpus.toml`` sources):
 * Arch-specific SASS ``sm_XYa`` runs only on exactly X.Y; family SASS ``sm_XYf`` runs on the
   devices of family X with minor >= Y.
 * PTX for ``compute_XY`` can be JIT-compiled by the driver for any device with capability >= X.Y
-  (given a driver at least as new as the toolkit that wrote the PTX).
+  (given a driver at least as new as the toolkit that wrote the PTX). The suffixes bind PTX too:
+  ``compute_XYa`` only on exactly X.Y, ``compute_XYf`` only within family X with minor >= Y.
 """
 
 from __future__ import annotations
@@ -65,11 +66,11 @@ class ArchEntry:
 
     def runs_on(self, device: Capability) -> bool:
         c = self.capability
-        if self.kind == "ptx":
-            return device >= c
-        if self.suffix == "a":
+        if self.suffix == "a":  # arch-specific SASS or PTX: exactly this device
             return device == c
-        # plain and family SASS: same major, minor not older
+        if self.kind == "ptx" and self.suffix == "":
+            return device >= c
+        # plain SASS, and family SASS or PTX: same major, minor not older
         return device.major == c.major and device.minor >= c.minor
 
     @classmethod
