@@ -397,5 +397,12 @@ def inspect_path(
             f"{path} is a compressed file; kiln inspect reads archives by random access, which compression prevents.",
             hint=f"Decompress it first (`gunzip -k {path}` or `zstd -d {path}`), or give the image name.",
         )
+    if re.search(r"\.(so(\.\d+)*|o|a)$", path.name):
+        start = head[:16].decode("latin-1").encode("unicode_escape").decode() if head else "nothing"
+        raise InputError(
+            f"{path} is not an ELF file although its name says so (it starts with {start!r}).",
+            hint="Some distributions ship linker scripts named .so; point at the real library (follow the INPUT(...)"
+            " line), or give an image, wheel or another ELF file.",
+        )
     what = "empty" if not head else "not an image archive, OCI layout, wheel or ELF file"
     raise InputError(f"{path} is {what}.", hint=_HINT_KINDS)
