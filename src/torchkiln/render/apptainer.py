@@ -47,6 +47,7 @@ from typing import Any, Literal
 from torchkiln import __version__
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
+from torchkiln.render import extensions as ext
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
@@ -65,10 +66,9 @@ VERIFY_SCRIPT = f"{VERIFY_DIR}/checks.py"
 VERIFY_SPEC = f"{VERIFY_DIR}/spec.json"
 #: what ``checks.py`` exits with when no CUDA device is visible (torchkiln.errors.ExitCode.NO_GPU)
 NO_GPU_EXIT = 8
-#: compilers for extension builds; removed again after the extension stage
-BUILD_TOOLS = ("build-essential", "git")
-#: build requirements of extensions installed with --no-build-isolation (their own pyproject is ignored)
-BUILD_REQUIREMENTS = ("setuptools", "wheel", "ninja", "packaging")
+#: the CUDA compiler wheels' venv and the CUDA_HOME made from them (both under /kiln: deleted after %post)
+TOOLCHAIN_VENV = f"{KILN}/toolchain"
+CUDA_HOME = f"{KILN}/cuda"
 INDENT = "    "
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -258,7 +258,7 @@ def section_help(plan: BuildPlan) -> list[str]:
 
 def _extension_sources(plan: BuildPlan) -> list[tuple[ExtensionPlan, str]]:
     """Extensions built from a local source tree, with where %files puts each tree."""
-    return [(e, f"{KILN}/ext/{i}") for i, e in enumerate(plan.extensions) if e.path]
+    return [(e, f"{KILN}/src/{i}") for i, e in enumerate(plan.extensions) if e.path]
 
 
 def section_files(plan: BuildPlan) -> list[str]:
@@ -266,9 +266,9 @@ def section_files(plan: BuildPlan) -> list[str]:
     for item in plan.app.copy:
         rel = _files_path(item.rstrip("/"), "[app] copy entry")
         body.append(f"{rel} {KILN}/app/{rel}")
-    for ext, dest in _extension_sources(plan):
-        assert ext.path is not None
-        body.append(f"{_files_path(ext.path.rstrip('/'), f'extension {ext.name} path')} {dest}")
+    for e, dest in _extension_sources(plan):
+        assert e.path is not None
+        body.append(f"{_files_path(e.path.rstrip('/'), f'extension {e.name} path')} {dest}")
     return _section("files", body)
 
 
@@ -301,19 +301,35 @@ def _comment(text: str) -> str:
     return f"# {text}"
 
 
+def _build_tools(plan: BuildPlan) -> list[str]:
+    """Compilers for the extension stage that the spec does not ask to keep (removed after it)."""
+    if not ext.compiled(plan):
+        return []
+    tools = ["build-essential"] + (["git"] if any(e.git for e in ext.compiled(plan)) else [])
+    return [t for t in tools if t not in plan.apt_packages]
+
+
 def post_os(plan: BuildPlan) -> list[str]:
     apt = list(plan.apt_packages)
-    tools = [t for t in BUILD_TOOLS if t not in apt] if plan.extensions else []
+    tools = _build_tools(plan)
     if not apt and not tools:
         return []
     pkgs = " ".join(shlex.quote(p) for p in [*apt, *tools])
-    return [
+    lines = [
         _comment("stage os: the spec's apt packages" + (" and compilers for the extension stage" if tools else "")),
         "export DEBIAN_FRONTEND=noninteractive",
         "apt-get update",
         f"apt-get install -y --no-install-recommends {pkgs}",
-        "rm -rf /var/lib/apt/lists/*",
     ]
+    if tools:
+        py = shlex.quote(plan.python_exe)
+        lines += [
+            _comment("extensions compile against Python's headers: the dev package when the base image lacks them"),
+            f"if [ ! -f \"$({py} -c 'import sysconfig; print(sysconfig.get_path(\"include\"))')/Python.h\" ]; then",
+            f"{INDENT}apt-get install -y --no-install-recommends {shlex.quote(plan.python_exe + '-dev')}",
+            "fi",
+        ]
+    return [*lines, "rm -rf /var/lib/apt/lists/*"]
 
 
 def post_sources() -> list[str]:
@@ -353,59 +369,76 @@ def post_packages(plan: BuildPlan) -> list[str]:
     ]
 
 
-def _max_jobs(per_job_gib: int) -> list[str]:
+def _toolchain(plan: BuildPlan) -> list[str]:
+    """A CUDA compiler of torch's own CUDA version, exported as CUDA_HOME (and nvcc checked against torch)."""
+    if not plan.torch.cuda:
+        return []
+    tc = plan.toolchain
+    if tc is not None and tc.kind == "wheels":
+        reqs = " ".join(shlex.quote(r) for r in tc.compiler)
+        return [
+            _comment(f"CUDA {tc.cuda} compiler from NVIDIA's wheels, in a venv of its own under /kiln (deleted at"),
+            _comment("the end), merged into one CUDA_HOME by kiln_cuda_home; the runtime keeps only torch's libraries"),
+            f"{UV} venv --python {shlex.quote(plan.python_exe)} {TOOLCHAIN_VENV}",
+            f"{UV} pip install --python {TOOLCHAIN_VENV}/bin/python {reqs}",
+            f"KILN_PY={TOOLCHAIN_VENV}/bin/python kiln_cuda_home {CUDA_HOME}",
+            f"export CUDA_HOME={CUDA_HOME}",
+            'export PATH="$CUDA_HOME/bin:$PATH"',
+            f"kiln_check_nvcc {shlex.quote(tc.cuda)}",
+        ]
+    cuda = tc.cuda if tc is not None else plan.torch.cuda
     return [
-        "if [ -z \"${MAX_JOBS:-}\" ]; then",
-        f"{INDENT}MAX_JOBS=$(awk -v per={per_job_gib} '/^MemAvailable:/ "
-        "{ n = int($2 / 1048576 / per); print (n < 1 ? 1 : n) }' /proc/meminfo)",
-        f"{INDENT}if [ \"$MAX_JOBS\" -gt \"$(nproc)\" ]; then MAX_JOBS=$(nproc); fi",
-        "fi",
-        "export MAX_JOBS",
+        _comment(f"the base image's own CUDA {cuda} toolkit"),
+        'export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"',
+        'export PATH="$CUDA_HOME/bin:$PATH"',
+        f"kiln_check_nvcc {shlex.quote(cuda)}",
     ]
 
 
-def _extension_target(ext: ExtensionPlan, sources: dict[str, str]) -> str:
-    if ext.path:
-        return sources[ext.name]
-    assert ext.requirement is not None
-    return _q(ext.requirement, f"extension {ext.name}")
+def _extension_target(e: ExtensionPlan, sources: dict[str, str]) -> str:
+    if e.path:
+        return sources[e.name]
+    return _q(e.spec, f"extension {e.name}")
 
 
 def post_extensions(plan: BuildPlan) -> list[str]:
-    if not plan.extensions:
+    compiled, prebuilt = ext.compiled(plan), ext.prebuilt(plan)
+    if not compiled and not prebuilt:
         return []
-    sources = {e.name: dest for e, dest in _extension_sources(plan)}
-    per_job = max(e.memory_per_job_gib for e in plan.extensions)
     lines = [
         _comment("stage extensions: compiled against the torch installed above, so without build isolation"),
-        _comment("(their builds import torch), for the plan's GPU targets, with as many compile jobs as memory allows"),
+        _comment("(their builds import torch), for the plan's GPU targets, MAX_JOBS from the memory each job needs"),
     ]
-    # the build requirements (ninja) are run from the venv
-    lines.append(f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH"')
-    if plan.torch.cuda:
-        missing = (
-            f"kiln: the extensions need nvcc (CUDA {plan.torch.cuda}) in the base image, which has none. Set "
-            "[base] image to a CUDA devel image with Python, or build with Docker and convert with kiln export."
-        )
+    if compiled:
+        sources = {e.name: dest for e, dest in _extension_sources(plan)}
+        requires = sorted({r for e in compiled for r in e.build_requires})
         lines += [
-            'export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"',
-            'export PATH="$PATH:$CUDA_HOME/bin"',
-            "if ! command -v nvcc >/dev/null 2>&1; then",
-            f"{INDENT}echo {_q(missing)} >&2",
-            f"{INDENT}exit 1",
-            "fi",
+            f". {KILN}/ext/build.sh",
+            f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH" VIRTUAL_ENV={VENV}',
+            *_toolchain(plan),
         ]
-    if plan.arch_list:
-        lines.append(f"export TORCH_CUDA_ARCH_LIST={_q(plan.arch_list)}")
-    lines += _max_jobs(per_job)
-    lines.append(_install(f"-c {CONSTRAINTS} " + " ".join(BUILD_REQUIREMENTS)))
-    for ext in plan.extensions:
-        env = " ".join(f"{_env_name(k)}={_q(v, f'extension {ext.name} {k}')}" for k, v in ext.env)
-        flag = "--no-build-isolation " if ext.no_build_isolation else ""
-        cmd = _install(f"{flag}-c {CONSTRAINTS} {_extension_target(ext, sources)}")
-        lines.append(_comment(f"{ext.name}" + (f": {ext.notes}" if ext.notes else "")))
-        lines.append(f"env {env} {cmd}" if env else cmd)
-    tools = [t for t in BUILD_TOOLS if t not in plan.apt_packages]
+        if plan.arch_list:
+            lines.append(f"export TORCH_CUDA_ARCH_LIST={_q(plan.arch_list)}")
+        if requires:
+            lines.append(_install(f"-c {CONSTRAINTS} " + " ".join(shlex.quote(r) for r in requires)))
+        for e in compiled:
+            env = [f"export {_env_name(k)}={_q(v, f'extension {e.name} {k}')}" for k, v in e.env]
+            flag = "--no-build-isolation " if e.no_build_isolation else ""
+            lines += [
+                _comment(e.spec if e.path is None else f"{e.name} from {e.path}"),
+                "(",
+                *(INDENT + x for x in env),
+                f'{INDENT}export MAX_JOBS="${{MAX_JOBS:-$(kiln_jobs {e.memory_per_job_gib})}}"',
+                f"{INDENT}" + _install(f"{flag}-c {CONSTRAINTS} {_extension_target(e, sources)}"),
+                ")",
+            ]
+    for e in prebuilt:
+        assert e.prebuilt is not None
+        lines += [
+            _comment(f"{e.name}: the prebuilt wheel that matches this torch, CUDA, Python and C++ ABI exactly"),
+            _install(f"-c {CONSTRAINTS} {_q(e.prebuilt, f'extension {e.name}')}"),
+        ]
+    tools = _build_tools(plan)
     if tools:
         lines += [
             _comment("the compilers are not part of the runtime image"),
@@ -424,6 +457,10 @@ def post_app(plan: BuildPlan) -> list[str]:
     lines += [
         f"mkdir -p {VERIFY_DIR}",
         f"cp {KILN}/verify/* {VERIFY_DIR}/",
+        _comment("labels given at build time (kiln build) join the definition's"),
+        f'if [ -f {KILN}/build.labels ] && [ -n "${{APPTAINER_LABELS:-}}" ]; then',
+        f'{INDENT}cat {KILN}/build.labels >> "$APPTAINER_LABELS"',
+        "fi",
         _comment("nothing of the build's staging folder, caches or package sources stays in the image"),
         f"rm -rf {KILN} /root/.cache/uv /tmp/kiln-uv-cache",
     ]
@@ -540,6 +577,7 @@ def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) ->
         ".kiln/verify/spec.json": json.dumps(verify_spec(plan), indent=2, sort_keys=True) + "\n",
         ".kiln/wheels/.keep": "",
         ".kiln/secrets/.keep": "",
+        **ext.context_files(plan),  # .kiln/ext/build.sh: the builder helpers (kiln_jobs, kiln_cuda_home, ...)
     }
     return dict(sorted(files.items()))
 

@@ -1,0 +1,366 @@
+"""Apptainer (or SingularityCE) as an engine: ``apptainer build`` of the rendered definition file.
+
+Apptainer has no image store: an image is a ``.sif`` file, named by its path. So ``build`` takes
+the definition (``kiln.def``) in place of a Dockerfile and writes ``output`` (a ``.sif``);
+``run`` is ``apptainer exec`` (``--nv`` for GPUs, ``--bind`` for mounts); ``image_exists`` and
+``inspect_image`` read the SIF file itself (``torchkiln.sif``). What has no meaning without a store
+(``save``, ``tag``, ``push``, ``import_tar``) raises an ``InputError`` that says what to do instead.
+
+Builds run ``apptainer build`` in the definition's folder (its ``%files`` paths are relative to
+it), with ``--fakeroot`` when not root (user namespaces; apptainer 1.1+ needs no setuid for it).
+Package sources arrive like BuildKit secrets: the files are copied into ``.kiln/secrets/`` for
+the duration of the build (``%post`` reads them from ``/kiln/secrets``, and deletes ``/kiln``), and
+removed from the folder afterwards. Labels given to ``build`` go to ``.kiln/build.labels``, which
+``%post`` appends to ``$APPTAINER_LABELS`` (apptainer merges that file into the image's labels).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import cast
+
+from torchkiln.engines.base import (
+    BuildEvent,
+    BuildOutcome,
+    Engine,
+    EngineInfo,
+    EngineName,
+    ImageDetails,
+    Mount,
+    ProgressCallback,
+    StepRecord,
+)
+from torchkiln.errors import BuildError, EngineMissingError, InputError
+from torchkiln.render.apptainer import VERIFY_SCRIPT, VERIFY_SPEC
+from torchkiln.runner import Completed, Runner
+from torchkiln.sif import INSPECT_METADATA, is_sif, read_sif
+
+#: the name engines are selected by (``kiln build --engine apptainer``)
+APPTAINER = cast(EngineName, "apptainer")
+BINARIES = ("apptainer", "singularity")
+
+INSTALL_HINT = (
+    "Install Apptainer (https://apptainer.org/docs/admin/main/installation.html: Ubuntu `add-apt-repository "
+    "ppa:apptainer/ppa && apt-get install apptainer`, RHEL/Fedora `dnf install apptainer` from EPEL, or the "
+    ".deb/.rpm of its GitHub release), or load the `apptainer` module on your cluster. On a machine with "
+    "Docker only: `kiln build` the image with docker and write the .sif with `kiln export IMAGE --format sif`."
+)
+
+#: apptainer's INFO lines that start a build stage
+_STAGES = (
+    (re.compile(r"Starting build"), "bootstrap"),
+    (re.compile(r"Copying .* to "), "files"),
+    (re.compile(r"Running post scriptlet"), "post"),
+    (re.compile(r"Adding (environment|runscript|labels|help|testscript)"), "metadata"),
+    (re.compile(r"Running testscript"), "test"),
+    (re.compile(r"Creating SIF file"), "sif"),
+)
+
+
+class _Steps:
+    """Turns apptainer's streamed output into BuildEvents, one step per build stage."""
+
+    def __init__(self, progress: ProgressCallback | None) -> None:
+        self.progress = progress
+        self.steps: list[StepRecord] = []
+        self.started = time.monotonic()
+
+    @property
+    def current(self) -> StepRecord | None:
+        return self.steps[-1] if self.steps else None
+
+    def _emit(self, rec: StepRecord, line: str | None = None) -> None:
+        if self.progress is not None:
+            self.progress(BuildEvent(rec.step, rec.stage, rec.name, rec.status, rec.seconds, line))
+
+    def _close(self, status: str) -> None:
+        rec = self.current
+        if rec is not None and rec.status == "running":
+            rec.status = "done" if status == "done" else "error"
+            rec.seconds = time.monotonic() - self.started
+            self._emit(rec)
+
+    def feed(self, line: str) -> None:
+        for pattern, stage in _STAGES:
+            if pattern.search(line) and (self.current is None or self.current.stage != stage):
+                self._close("done")
+                self.started = time.monotonic()
+                rec = StepRecord(step=f"#{len(self.steps) + 1}", stage=stage, name=line.split(":", 1)[-1].strip())
+                self.steps.append(rec)
+                self._emit(rec)
+                return
+        if self.current is not None:
+            self.current.log.append(line)
+            self._emit(self.current, line)
+
+    def finish(self, ok: bool) -> None:
+        self._close("done" if ok else "error")
+
+
+class ApptainerEngine(Engine):
+    name: EngineName = APPTAINER
+
+    @property
+    def fakeroot(self) -> bool:
+        return os.geteuid() != 0
+
+    # -- building -----------------------------------------------------------------------------------
+    def build_command(
+        self,
+        context: Path,
+        dockerfile: Path,
+        *,
+        target: str | None = None,
+        secrets: Mapping[str, Path] | None = None,
+        network: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
+        iidfile: Path | None = None,
+        output: Path | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """``apptainer build [--fakeroot] --force [--disable-cache] OUTPUT DEF``, run in ``context``."""
+        if target not in (None, "runtime"):
+            raise InputError(
+                f"an Apptainer definition has no {target!r} target: it builds the runtime image only.",
+                hint="Drop --target, or build the dev image with docker or podman.",
+            )
+        cmd = [self.info.binary, "build"]
+        if self.fakeroot:
+            cmd.append("--fakeroot")
+        cmd.append("--force")
+        if no_cache:
+            cmd.append("--disable-cache")
+        cmd += [str(output or context / "image.sif"), str(dockerfile)]
+        return cmd, {}
+
+    def build(
+        self,
+        context: Path,
+        dockerfile: Path,
+        *,
+        target: str | None = None,
+        secrets: Mapping[str, Path] | None = None,
+        network: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        no_cache: bool = False,
+        progress: ProgressCallback | None = None,
+        output: Path | None = None,
+    ) -> BuildOutcome:
+        """Build ``dockerfile`` (a definition file) into ``output`` (default ``context/image.sif``)."""
+        out = (output or context / "image.sif").resolve()
+        cmd, env = self.build_command(context, dockerfile, target=target, no_cache=no_cache, output=out)
+        placed = self._place_inputs(context, secrets or {}, labels or {})
+        steps = _Steps(progress)
+        try:
+            result = self.runner.run(cmd, env=env, cwd=context, on_line=steps.feed, check=False,
+                                     what="apptainer build")
+        finally:
+            for p in placed:
+                p.unlink(missing_ok=True)
+        steps.finish(result.returncode == 0)
+        if result.returncode != 0:
+            raise _build_error(steps, result, self.fakeroot)
+        return BuildOutcome(image_id=str(out), seconds=result.seconds, steps=tuple(steps.steps))
+
+    def _place_inputs(self, context: Path, secrets: Mapping[str, Path], labels: Mapping[str, str]) -> list[Path]:
+        placed: list[Path] = []
+        sdir = context / ".kiln" / "secrets"
+        for sid, src in sorted(secrets.items()):
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", sid):
+                raise InputError(f"secret id {sid!r} cannot be a file name.")
+            sdir.mkdir(parents=True, exist_ok=True)
+            dest = sdir / sid
+            shutil.copyfile(src, dest)
+            dest.chmod(0o600)
+            placed.append(dest)
+        if labels:
+            dest = context / ".kiln" / "build.labels"
+            lines = []
+            for k, v in sorted(labels.items()):
+                if not re.fullmatch(r"[A-Za-z0-9_.-]+", k) or "\n" in v:
+                    raise InputError(f"label {k!r} cannot be written into an Apptainer image (space or line break).")
+                lines.append(f"{k} {v}")
+            dest.write_text("\n".join(lines) + "\n")
+            placed.append(dest)
+        return placed
+
+    # -- running ------------------------------------------------------------------------------------
+    def exec_command(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        gpus: bool = False,
+        mounts: Sequence[Mount] = (),
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        workdir: str | None = None,
+        network: str | None = None,
+        entrypoint: str | None = None,
+    ) -> list[str]:
+        cmd = [self.info.binary, "exec"]
+        if gpus:
+            cmd += self._gpu_flags()
+        for m in mounts:
+            cmd += ["--bind", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
+        for k, v in (env or {}).items():
+            cmd += ["--env", f"{k}={v}"]
+        if user not in (None, "", "root") and user != str(os.getuid()):
+            raise InputError(
+                f"apptainer runs containers as the calling user; it cannot switch to {user!r}.",
+                hint="Leave --user out (or use root, which maps to --fakeroot).",
+            )
+        if user in ("root", "0") and os.geteuid() != 0:
+            cmd.append("--fakeroot")
+        if workdir is not None:
+            cmd += ["--pwd", workdir]
+        if network not in (None, "default", "host"):
+            cmd += ["--net", "--network", network]
+        cmd.append(image)
+        cmd += ([entrypoint] if entrypoint else []) + list(argv)
+        return cmd
+
+    def run(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        gpus: bool = False,
+        mounts: Sequence[Mount] = (),
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        workdir: str | None = None,
+        network: str | None = None,
+        entrypoint: str | None = None,
+        passthrough: bool = False,
+        interactive: bool = False,
+        check: bool = True,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> Completed:
+        """``apptainer exec`` of ``argv`` in the image file (``--nv`` with ``gpus``)."""
+        self._require_sif(image)
+        cmd = self.exec_command(image, argv, gpus=gpus, mounts=mounts, env=env, user=user, workdir=workdir,
+                                network=network, entrypoint=entrypoint)
+        return self.runner.run(
+            cmd, passthrough=passthrough, on_line=on_line, check=check, timeout=timeout,
+            what=f"apptainer exec {image}", error=lambda m, h, d: BuildError(m, h, details=d),
+        )
+
+    def verify_command(self, image: str, *, gpus: bool = True, json: bool = True) -> list[str]:
+        """``kiln verify IMAGE.sif``: the checks a kiln-built image carries (``/opt/kiln/verify``)."""
+        argv = ["python", VERIFY_SCRIPT, "--spec-json", VERIFY_SPEC] + (["--json"] if json else [])
+        return self.exec_command(image, argv, gpus=gpus)
+
+    # -- the image file -----------------------------------------------------------------------------
+    def _require_sif(self, image: str) -> Path:
+        p = Path(image)
+        if not p.is_file():
+            raise InputError(f"{image} is not a file: apptainer images are .sif files.",
+                             hint="Give the path of a .sif (kiln build --engine apptainer / kiln export --format sif).")
+        if not is_sif(p):
+            raise InputError(f"{image} is not a SIF file.", hint="Give the path of a .sif.")
+        return p
+
+    def image_exists(self, image: str) -> bool:
+        return is_sif(Path(image))
+
+    def inspect_image(self, image: str) -> ImageDetails:
+        sif = read_sif(self._require_sif(image))
+        labels: dict[str, str] = {}
+        if sif.by_name(INSPECT_METADATA) is not None:
+            meta = sif.json_object(INSPECT_METADATA)
+            labels = dict(((meta.get("data") or {}).get("attributes") or {}).get("labels") or {})
+        part = sif.primary_partition()
+        return ImageDetails(
+            id=str(sif.header.id),
+            size=part.size if part else 0,
+            layers=1,
+            user="",
+            env=(),
+            labels=labels,
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sif.header.created)),
+        )
+
+    def history(self, image: str) -> list[str]:
+        """The definition the image was built from, line by line (a SIF has no layer history)."""
+        return read_sif(self._require_sif(image)).deffile.splitlines()
+
+    def remove_image(self, image: str, *, missing_ok: bool = True) -> bool:
+        p = Path(image)
+        if not p.exists():
+            if missing_ok:
+                return False
+            raise InputError(f"{image} does not exist.")
+        self._require_sif(image)
+        p.unlink()
+        return True
+
+    def pull(self, image: str, *, timeout: float | None = 120) -> bool:
+        """True when ``image`` is a SIF on disk; registry bases are pulled by ``apptainer build`` itself."""
+        return is_sif(Path(image))
+
+    def _no_store(self, what: str, hint: str) -> InputError:
+        return InputError(f"apptainer has no image store, so it cannot {what}.", hint=hint)
+
+    def save(self, image: str, dest: Path) -> Path:
+        raise self._no_store("save an image as a docker-archive",
+                             "A .sif is already a file: copy it. To get archives, build with docker or podman and "
+                             "use `kiln export IMAGE --format docker-archive|oci-archive`.")
+
+    def tag(self, source: str, ref: str) -> None:
+        raise self._no_store("tag images", f"Copy or rename the file: cp {source} {ref}")
+
+    def push(self, image: str) -> None:
+        raise self._no_store("push by tag",
+                             f"Push the file to an OCI registry with `apptainer push {image} oras://REGISTRY/NAME:TAG`.")
+
+    def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str:
+        raise self._no_store("import a root-filesystem tar",
+                             "Use `Bootstrap: docker-archive` / `oci-archive` in the definition "
+                             "(kiln render --format apptainer --bootstrap ... --from FILE).")
+
+    def _gpu_flags(self) -> list[str]:
+        return ["--nv"]
+
+    def _save_command(self, image: str, dest: Path) -> list[str]:
+        raise self._no_store("save images", "Copy the .sif file.")
+
+
+def _build_error(steps: _Steps, result: Completed, fakeroot: bool) -> BuildError:
+    failing = next((s for s in steps.steps if s.status == "error"), steps.current)
+    where = f"the {failing.stage} stage" if failing else "the build"
+    tail = result.tail(40)
+    hint = "Read the stage's last lines above; fix kiln.toml (package names, versions) and build again."
+    if fakeroot and re.search(r"fakeroot|user namespace|subuid|newuidmap", tail, re.IGNORECASE):
+        hint = ("--fakeroot needs user namespaces and an /etc/subuid entry for your user: ask the admins to run "
+                "`apptainer config fakeroot --add $USER`, or build where you are root, or build with docker and "
+                "convert with `kiln export IMAGE --format sif`.")
+    return BuildError(f"apptainer build failed at {where}.", hint=hint,
+                      details="\n".join([*(failing.log[-25:] if failing else []), *tail.splitlines()[-6:]]))
+
+
+def probe_apptainer(runner: Runner, env: Mapping[str, str] | None = None) -> ApptainerEngine:
+    """The apptainer (or singularity) on PATH, or ``KILN_APPTAINER``; ``EngineMissingError`` when none."""
+    env = os.environ if env is None else env
+    names = [env["KILN_APPTAINER"]] if env.get("KILN_APPTAINER") else list(BINARIES)
+    tried: list[str] = []
+    for name in names:
+        path = name if os.sep in name else shutil.which(name, path=env.get("PATH"))
+        if path is None or not os.access(path, os.X_OK):
+            tried.append(f"{name}: not found")
+            continue
+        r = runner.run([path, "--version"], check=False)
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", r.stdout)
+        if r.returncode != 0 or m is None:
+            tried.append(f"{path}: `--version` failed ({r.tail(1) or 'no output'})")
+            continue
+        flavour = r.stdout.split()[0] if r.stdout.split() else name
+        builder = "apptainer build --fakeroot" if os.geteuid() != 0 else "apptainer build"
+        return ApptainerEngine(EngineInfo(APPTAINER, path, f"{flavour} {m.group(1)}", "", builder), runner)
+    raise EngineMissingError(f"apptainer is not installed ({'; '.join(tried)}).", hint=INSTALL_HINT)
