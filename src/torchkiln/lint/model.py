@@ -309,6 +309,11 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
         stages.append(_make_stage(len(stages), pending_from, tuple(current), stages, global_args, path))
 
     for c in commands:
+        if not c.cmd:
+            raise InputError(
+                f"{path}:{c.start_line}: a line continuation ({escape!r}) with no instruction after it",
+                hint=f"Remove the stray {escape!r} or finish the instruction.",
+            )
         keyword = c.cmd.upper()
         if keyword not in KNOWN_INSTRUCTIONS:
             raise InputError(
