@@ -69,12 +69,12 @@ def test_per_package_summary() -> None:
         entries = list_entries(FIXTURES / name)
         rows.append((pkg, "1.0" if pkg else None, f"/lib/{name}", entries, binary_coverage(entries, targets)))
     summary = {p.package: p for p in summarize_packages(rows, targets)}
-    assert list(summary) == ["a", "(none)"]
+    assert list(summary) == ["a", None]
     a = summary["a"]
     assert a.binaries == 2 and a.version == "1.0"
     assert a.failing == {"7.5": ("/lib/rdc.so",), "12.0": ("/lib/rdc.so",)}  # rdc.so: sm_80 only
     assert a.archs == ("sm_75", "sm_80", "sm_90", "sm_90a", "compute_90")
-    assert summary["(none)"].failing == {"7.5": ("/lib/ptx_only.so",), "12.0": ()}
+    assert summary[None].failing == {"7.5": ("/lib/ptx_only.so",), "12.0": ()}
     assert a.to_dict()["targets"] == {
         "7.5": {"binaries_ok": 1, "failing": ["/lib/rdc.so"]},
         "12.0": {"binaries_ok": 1, "failing": ["/lib/rdc.so"]},

@@ -147,7 +147,8 @@ def _print_coverage(report: InspectReport, show_binaries: bool) -> None:
             for t in targets:
                 bad = len(pkg.failing.get(t.key, ()))
                 cells.append(_mark(True) if bad == 0 else f"[red]✗ {bad}[/red]")
-            p.add_row(escape(pkg.package), escape(pkg.version or ""), str(pkg.binaries), _archs(pkg.archs), *cells)
+            name = escape(pkg.package) if pkg.package else "[dim](no package)[/dim]"
+            p.add_row(name, escape(pkg.version or ""), str(pkg.binaries), _archs(pkg.archs), *cells)
         console.print(p)
     failing = report.failing
     if failing:

@@ -90,7 +90,8 @@ def binary_coverage(entries: Iterable[FatbinEntry], targets: Sequence[Target]) -
 class PackageCoverage:
     """Coverage summed over the CUDA binaries of one package (wheel, deb, conda package, or none)."""
 
-    package: str
+    #: the owning distribution, None for binaries no package metadata claims
+    package: str | None
     version: str | None
     binaries: int
     entries: int
@@ -125,10 +126,10 @@ def summarize_packages(
     binaries: Sequence[tuple[str | None, str | None, str, Sequence[FatbinEntry], Sequence[TargetResult]]],
     targets: Sequence[Target],
 ) -> tuple[PackageCoverage, ...]:
-    """Group ``(package, version, path, entries, results)`` rows by package; unknown owner = "(none)"."""
-    groups: dict[str, list[tuple[str | None, str, Sequence[FatbinEntry], Sequence[TargetResult]]]] = {}
+    """Group ``(package, version, path, entries, results)`` rows by package (None = no known owner)."""
+    groups: dict[str | None, list[tuple[str | None, str, Sequence[FatbinEntry], Sequence[TargetResult]]]] = {}
     for pkg, ver, path, entries, results in binaries:
-        groups.setdefault(pkg or "(none)", []).append((ver, path, entries, results))
+        groups.setdefault(pkg or None, []).append((ver, path, entries, results))
     out: list[PackageCoverage] = []
     for pkg, rows in groups.items():
         failing: dict[str, tuple[str, ...]] = {}
@@ -148,7 +149,7 @@ def summarize_packages(
                 archs=tuple(sorted(archs, key=arch_sort_key)),
             )
         )
-    out.sort(key=lambda p: (p.package == "(none)", p.package))
+    out.sort(key=lambda p: (p.package is None, p.package or ""))
     return tuple(out)
 
 
