@@ -119,6 +119,9 @@ def test_kind_guessing() -> None:
     assert guess_kind(Path("Dockerfile.cuda"), "#!/bin/sh\nFROM x") == "dockerfile"
     assert guess_kind(Path("gpu.Dockerfile"), "FROM x") == "dockerfile"
     assert guess_kind(Path("Containerfile"), "FROM x") == "dockerfile"
+    assert guess_kind(Path("Singularity"), "Bootstrap: docker") == "apptainer"
+    assert guess_kind(Path("image.def"), "") == "apptainer"
+    assert guess_kind(Path("recipe"), "# comment\nBootStrap: docker\n") == "apptainer"
 
 
 @pytest.mark.parametrize(

@@ -34,3 +34,13 @@ def test_rendered_build_context_has_no_findings(spec: Path) -> None:
     for name, text in files.items():
         if name.endswith(".sh"):
             assert lint_text(text, name, kind="script") == [], name
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_rendered_apptainer_definition_has_no_findings(spec: Path) -> None:
+    from torchkiln.render.apptainer import render_apptainer
+
+    _spec, plan, _ = load_plan(spec)
+    text = render_apptainer(plan)
+    findings = lint_text(text, f"{spec.stem}.def", kind="apptainer")
+    assert [(f.rule, f.line, f.message) for f in findings] == []

@@ -15,12 +15,14 @@ from torchkiln.errors import InputError
 from torchkiln.lint.config import LintConfig, Severity, Suppressions, severity_rank
 from torchkiln.lint.context import build_context
 from torchkiln.lint.model import (
+    DEFINITION_NAME,
     DOCKERFILE_NAME,
     SCRIPT_SUFFIXES,
     Dockerfile,
     FileKind,
     Source,
     decode,
+    parse_definition,
     parse_dockerfile,
     parse_script,
     read_source,
@@ -115,7 +117,13 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
 def lint_text(
     text: str, path: str = "Dockerfile", kind: FileKind = "dockerfile", config: LintConfig | None = None
 ) -> list[Finding]:
-    source = parse_script(text, path) if kind == "script" else parse_dockerfile(text, path)
+    source: Source
+    if kind == "script":
+        source = parse_script(text, path)
+    elif kind == "apptainer":
+        source = parse_definition(text, path)
+    else:
+        source = parse_dockerfile(text, path)
     return lint_source(source, config)
 
 
@@ -130,11 +138,13 @@ def discover(paths: Sequence[Path]) -> list[tuple[Path, FileKind | None]]:
                 for name in sorted(files):
                     if DOCKERFILE_NAME.match(name):
                         found.append((Path(root) / name, "dockerfile"))
+                    elif DEFINITION_NAME.match(name):
+                        found.append((Path(root) / name, "apptainer"))
                     elif name.endswith(SCRIPT_SUFFIXES):
                         found.append((Path(root) / name, "script"))
             if not found:
                 raise InputError(
-                    f"{p}: no Dockerfile (Dockerfile, *.Dockerfile, Containerfile) or *.sh script in this folder",
+                    f"{p}: no Dockerfile (Dockerfile, *.Dockerfile, Containerfile), *.def or *.sh file in this folder",
                     hint="Pass the Dockerfile itself, or a folder that holds one.",
                 )
             out.extend(found)

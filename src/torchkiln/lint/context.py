@@ -17,6 +17,7 @@ from typing import Literal
 
 from torchkiln.lint.config import LintConfig
 from torchkiln.lint.model import (
+    Definition,
     Dockerfile,
     Instruction,
     Script,
@@ -91,6 +92,9 @@ def build_context(source: Source, config: LintConfig) -> Context:
     ctx = Context(source=source, config=config)
     if isinstance(source, Script):
         ctx.snippets.append(source.snippet())
+        return ctx
+    if isinstance(source, Definition):
+        ctx.snippets.extend(source.snippets())
         return ctx
     df = source
     ctx.df = df

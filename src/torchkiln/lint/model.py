@@ -36,7 +36,7 @@ import dockerfile as _goparser  # type: ignore[import-not-found]  # compiled mod
 
 from torchkiln.errors import InputError
 
-FileKind = Literal["dockerfile", "script"]
+FileKind = Literal["dockerfile", "script", "apptainer"]
 
 #: instructions ``docker build`` knows (``MAINTAINER`` is deprecated but still accepted)
 KNOWN_INSTRUCTIONS = frozenset(
@@ -263,7 +263,39 @@ class Script:
         return Snippet("\n".join(self.lines), tuple(range(1, len(self.lines) + 1)), None, 0)
 
 
-Source = Dockerfile | Script
+@dataclass(frozen=True)
+class Section:
+    """One ``%name`` section of an Apptainer/Singularity definition file."""
+
+    name: str  # lower case, without the %
+    args: str
+    line: int  # the line of the %name header
+    body: tuple[str, ...]
+
+
+#: sections whose body a shell runs (or sources, for %environment)
+SHELL_SECTIONS = frozenset({"setup", "post", "environment", "runscript", "startscript", "test"})
+
+
+@dataclass(frozen=True)
+class Definition:
+    """An Apptainer/Singularity definition file: a ``Key: value`` header, then ``%sections``."""
+
+    path: str
+    lines: tuple[str, ...]
+    header: Mapping[str, str]
+    sections: tuple[Section, ...]
+    kind: Literal["apptainer"] = "apptainer"
+
+    def snippets(self) -> list[Snippet]:
+        return [
+            Snippet("\n".join(s.body), tuple(range(s.line + 1, s.line + 1 + max(len(s.body), 1))), None, 0)
+            for s in self.sections
+            if s.name in SHELL_SECTIONS and s.body
+        ]
+
+
+Source = Dockerfile | Script | Definition
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +404,50 @@ def parse_script(text: str, path: str = "script.sh") -> Script:
     return Script(path=path, lines=tuple(text.splitlines()))
 
 
+_SECTION = re.compile(r"^%([A-Za-z]+)\b\s*(.*)$")
+_HEADER = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)\s*:\s*(.*)$")
+
+
+def parse_definition(text: str, path: str = "image.def") -> Definition:
+    """Parse an Apptainer definition. Our own small reader: the format is a header of
+    ``Key: value`` lines and ``%section`` blocks (apptainer's ``pkg/build/types/parser``); no
+    Python library reads it."""
+    _check_text(text, path)
+    lines = tuple(text.splitlines())
+    header: dict[str, str] = {}
+    sections: list[Section] = []
+    cur: tuple[str, str, int] | None = None
+    body: list[str] = []
+    for n, raw in enumerate(lines, start=1):
+        m = _SECTION.match(raw)
+        if m:
+            if cur is not None:
+                sections.append(Section(cur[0], cur[1], cur[2], tuple(body)))
+            cur, body = (m.group(1).lower(), m.group(2), n), []
+            continue
+        if cur is not None:
+            body.append(raw)
+            continue
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        h = _HEADER.match(stripped)
+        if h is None:
+            raise InputError(
+                f"{path}:{n}: not a 'Key: value' header line before the first %section: {stripped[:60]!r}",
+                hint="An Apptainer definition starts with 'Bootstrap: ...' and 'From: ...' lines.",
+            )
+        header[h.group(1).lower()] = h.group(2).strip()
+    if cur is not None:
+        sections.append(Section(cur[0], cur[1], cur[2], tuple(body)))
+    if "bootstrap" not in header:
+        raise InputError(
+            f"{path}: no 'Bootstrap:' header, so this is not an Apptainer/Singularity definition",
+            hint="Start the file with 'Bootstrap: docker' (and 'From: image'), or lint it as a Dockerfile.",
+        )
+    return Definition(path=path, lines=lines, header=header, sections=tuple(sections))
+
+
 def read_source(path: Path, kind: FileKind | None = None, display: str | None = None) -> Source:
     """Read and parse one file. ``kind`` None: guess from the name and the first line."""
     name = display or str(path)
@@ -386,7 +462,11 @@ def read_source(path: Path, kind: FileKind | None = None, display: str | None = 
     text = decode(data, name)
     if kind is None:
         kind = guess_kind(path, text)
-    return parse_script(text, name) if kind == "script" else parse_dockerfile(text, name)
+    if kind == "script":
+        return parse_script(text, name)
+    if kind == "apptainer":
+        return parse_definition(text, name)
+    return parse_dockerfile(text, name)
 
 
 def decode(data: bytes, name: str) -> str:
@@ -410,9 +490,13 @@ def decode(data: bytes, name: str) -> str:
 
 DOCKERFILE_NAME = re.compile(r"(?i)^(dockerfile|containerfile)([._-].*)?$|.*\.(dockerfile|containerfile)$")
 SCRIPT_SUFFIXES = (".sh", ".bash")
+DEFINITION_NAME = re.compile(r"(?i)^(singularity|apptainer)([._-].*)?$|.*\.def$")
 
 
 def guess_kind(path: Path, text: str) -> FileKind:
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+    if DEFINITION_NAME.match(path.name) or re.match(r"(?i)bootstrap\s*:", first):
+        return "apptainer"
     if path.name.endswith(SCRIPT_SUFFIXES) and not DOCKERFILE_NAME.match(path.name):
         return "script"
     if not DOCKERFILE_NAME.match(path.name) and _shebang_is_shell(text):

@@ -462,7 +462,7 @@ def secrets_in_arg_env(ctx: Context) -> Iterator[Hit]:
         "Mount the credentials as a secret (`--mount=type=secret,id=netrc,target=/root/.netrc`, or "
         "`env=TOKEN` and write `https://user:${TOKEN}@...`), never a literal in the Dockerfile."
     ),
-    applies_to=("dockerfile", "script"),
+    applies_to=("dockerfile", "script", "apptainer"),
 )
 def credentials_in_url(ctx: Context) -> Iterator[Hit]:
     seen: set[int] = set()
@@ -846,6 +846,7 @@ def arch_list_definitions(ctx: Context) -> Iterator[ArchListDef]:
         "NVIDIA CUDA compatibility guide (PTX JIT); pytorch torch/utils/cpp_extension.py (+PTX); pytorch/pytorch#150733"
     ),
     fix='Add +PTX to the newest architecture, e.g. TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX".',
+    applies_to=("dockerfile", "script", "apptainer"),
 )
 def arch_list_ptx(ctx: Context) -> Iterator[Hit]:
     cut = {(line, value) for line, name, value, _ in cut_lists(ctx) if name == "TORCH_CUDA_ARCH_LIST"}
@@ -884,6 +885,7 @@ def _arch_key(item: str) -> tuple[int, int]:
     ),
     source="pytorch torch/utils/cpp_extension.py _get_cuda_arch_flags (valid_arch_strings), torch 2.13",
     fix="Write entries as X.Y with ';' between them, +PTX in upper case: TORCH_CUDA_ARCH_LIST=\"8.0;8.6;9.0+PTX\".",
+    applies_to=("dockerfile", "script", "apptainer"),
 )
 def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
     for d in arch_list_definitions(ctx):
@@ -964,7 +966,7 @@ _LIST_ITEM = re.compile(r"^(\d+(\.\d+)?[af]?(\+PTX)?|sm_\d+[af]?|compute_\d+)$",
     ),
     source="GNU Bash manual, 'Lists of Commands'; observed in hpccm's rendered Singularity recipes",
     fix='Quote the value: export TORCH_CUDA_ARCH_LIST="8.0;9.0".',
-    applies_to=("dockerfile", "script"),
+    applies_to=("dockerfile", "script", "apptainer"),
 )
 def unquoted_list(ctx: Context) -> Iterator[Hit]:
     for line, name, value, rest in cut_lists(ctx):
@@ -1075,7 +1077,7 @@ def base_not_pinned(ctx: Context) -> Iterator[Hit]:
         "NVIDIA Container Toolkit install guide"
     ),
     fix="Install nvidia-container-toolkit and use `docker run --gpus all ...` (podman: `--device nvidia.com/gpu=all`).",
-    applies_to=("dockerfile", "script"),
+    applies_to=("dockerfile", "script", "apptainer"),
 )
 def nvidia_docker(ctx: Context) -> Iterator[Hit]:
     for cmd, _ in iter_commands(ctx):
