@@ -1438,6 +1438,12 @@ def build_report(results: list[CheckResult], environment: dict[str, Any], no_gpu
 
 def run_checks(options: Options) -> dict[str, Any]:
     """Run every selected check and return the report (a JSON-ready dict)."""
+    report = _run_checks(options)
+    report["spec"] = options.spec
+    return report
+
+
+def _run_checks(options: Options) -> dict[str, Any]:
     results: list[CheckResult] = []
     t0 = time.perf_counter()
     try:
@@ -1446,7 +1452,9 @@ def run_checks(options: Options) -> dict[str, Any]:
             torch = importlib.import_module("torch")
     except Exception as e:  # noqa: BLE001 - a missing or broken torch is the finding
         results.append(CheckResult("torch_import", FAIL, f"torch cannot be imported: {type(e).__name__}: {e}",
-                                   time.perf_counter() - t0))
+                                   time.perf_counter() - t0, {"sys.path": sys.path}))
+        for name in CHECK_NAMES[1:]:
+            results.append(CheckResult(name, SKIP, "torch cannot be imported", 0.0))
         return build_report(results, _environment(None), no_gpu=False)
     results.append(CheckResult("torch_import", PASS, f"torch {torch.__version__} (CUDA {torch.version.cuda})",
                                time.perf_counter() - t0, {"path": os.path.dirname(str(torch.__file__))}))
