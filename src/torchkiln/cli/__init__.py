@@ -57,6 +57,7 @@ COMMAND_MODULES = (
     "base",
     "inspect",
     "export",
+    "verify",
 )
 
 for _name in COMMAND_MODULES:
