@@ -4,6 +4,7 @@ shell scripts have no finding."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,26 @@ def test_rendered_apptainer_definition_has_no_findings(spec: Path) -> None:
     text = render_apptainer(plan)
     findings = lint_text(text, f"{spec.stem}.def", kind="apptainer")
     assert [(f.rule, f.line, f.message) for f in findings] == []
+
+
+def test_the_rendered_check_is_not_vacuous() -> None:
+    """The same rendered Dockerfile with typical mistakes put back in is caught."""
+    _spec, plan, _ = load_plan(EXAMPLES / "flash-attn.toml")
+    dockerfile = context_files(plan)["Dockerfile"]
+    no_user = "\n".join(ln for ln in dockerfile.splitlines() if not ln.startswith("USER ")) + "\n"
+    assert {f.rule for f in lint_text(no_user)} == {"KL005"}
+    df = parse_dockerfile(dockerfile)
+    root = df.chain(df.final_stage())[0]  # the stage whose FROM names the runtime's base image
+    lines = dockerfile.splitlines()
+    lines[root.line - 1] = lines[root.line - 1].replace(root.image, "nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04", 1)
+    assert "KL001" in {f.rule for f in lint_text("\n".join(lines) + "\n")}
+
+
+def test_an_unquoted_arch_list_in_rendered_output_would_be_caught() -> None:
+    _spec, plan, _ = load_plan(EXAMPLES / "flash-attn.toml")
+    dockerfile = context_files(plan)["Dockerfile"]
+    # an arch list exported in a RUN, with its quotes taken away
+    unquoted, n = re.subn(r"(?<=[ &])(\w*ARCHS?)=(['\"])([^'\"\n]*;[^'\"\n]*)\2(?= )", r"\1=\3", dockerfile)
+    if not n:
+        pytest.skip("the rendered flash-attn example no longer exports an arch list in a RUN")
+    assert {f.rule for f in lint_text(unquoted)} == {"KL014"}

@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import dockerfile as _goparser  # type: ignore[import-not-found]  # compiled module, no stubs
+from torchkiln.errors import InputError, KilnError
 
-from torchkiln.errors import InputError
+try:  # a compiled module without type stubs; imported here so that the rest of the CLI works without it
+    import dockerfile as _goparser  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - it is a dependency of torchkiln
+    _goparser = None
 
 FileKind = Literal["dockerfile", "script", "apptainer"]
 
@@ -312,6 +315,11 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
         raise InputError(
             f"{path}:1: the escape directive must be '\\' or '`', not {escape!r}",
             hint="Fix or remove the '# escape=' line at the top of the file.",
+        )
+    if _goparser is None:  # pragma: no cover
+        raise KilnError(
+            "kiln lint needs the 'dockerfile' package (BuildKit's Dockerfile parser), which is not installed.",
+            hint="pip install dockerfile",
         )
     try:
         commands = _goparser.parse_string(text)
