@@ -72,6 +72,8 @@ def test_sarif_reports_unreadable_files_as_notifications(tmp_path: Path) -> None
     (tmp_path / "Dockerfile").write_text("")
     doc = to_sarif(report(tmp_path / "Dockerfile"))
     _check_sarif(doc)
+    loc = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"][0]["locations"][0]
+    assert loc["physicalLocation"]["artifactLocation"]["uri"].startswith("file:///")  # outside the cwd
     inv = doc["runs"][0]["invocations"][0]
     assert inv["executionSuccessful"] is False
     assert "empty" in inv["toolExecutionNotifications"][0]["message"]["text"]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import PurePosixPath
 from typing import Any, Literal
+from urllib.parse import quote
 
 from torchkiln import __version__
 from torchkiln.lint.check import Finding, LintReport
@@ -68,6 +70,16 @@ def _rule_descriptor(r: Rule) -> dict[str, Any]:
     }
 
 
+def _artifact(path: str) -> dict[str, str]:
+    """A SARIF artifactLocation: relative paths against %SRCROOT%, absolute ones as file: URIs."""
+    if path == "<stdin>":
+        return {"uri": "stdin"}
+    p = PurePosixPath(path)
+    if p.is_absolute():
+        return {"uri": p.as_uri()}
+    return {"uri": quote(path), "uriBaseId": "%SRCROOT%"}
+
+
 def _fingerprint(f: Finding) -> str:
     return hashlib.sha256(f"{f.rule}\0{f.path}\0{f.message}".encode()).hexdigest()[:32]
 
@@ -86,7 +98,7 @@ def to_sarif(report: LintReport) -> dict[str, Any]:
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
+                            "artifactLocation": _artifact(f.path),
                             "region": {"startLine": f.line, "endLine": max(f.end_line, f.line)},
                         }
                     }
@@ -98,7 +110,7 @@ def to_sarif(report: LintReport) -> dict[str, Any]:
         {
             "level": "error",
             "message": {"text": e.message + (f" Fix: {e.hint}" if e.hint else "")},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.path, "uriBaseId": "%SRCROOT%"}}}],
+            "locations": [{"physicalLocation": {"artifactLocation": _artifact(e.path)}}],
         }
         for e in report.errors
     ]
@@ -118,7 +130,7 @@ def to_sarif(report: LintReport) -> dict[str, Any]:
                 "invocations": [
                     {"executionSuccessful": not report.errors, "toolExecutionNotifications": notifications}
                 ],
-                "artifacts": [{"location": {"uri": p, "uriBaseId": "%SRCROOT%"}} for p in report.files],
+                "artifacts": [{"location": _artifact(p)} for p in report.files],
                 "results": results,
             }
         ],
