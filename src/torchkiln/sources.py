@@ -555,7 +555,8 @@ def prepare(
         find_links = ([WHEELS_IN_BUILD] if local_links else []) + remote_links
 
         if check_network:
-            check_reachable([u for u in [index_url, *extras, *remote_links] if u and "127.0.0.1" not in u], ca, probe)
+            ours = {url for _, url in served}
+            check_reachable([u for u in [index_url, *extras, *remote_links] if u and u not in ours], ca, probe)
 
         with tempfile.TemporaryDirectory(prefix="kiln-secrets-") as tmp:
             secrets: dict[str, Path] = {}

@@ -34,10 +34,7 @@ def _parse_mount(item: str) -> Mount:
     return Mount(source, parts[1], read_only=len(parts) == 3 and parts[2] == "ro")
 
 
-@app.command(
-    "run",
-    context_settings={"allow_interspersed_args": False},
-)
+@app.command("run")
 def run_cmd(
     spec: Annotated[Path, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)],
     command: Annotated[

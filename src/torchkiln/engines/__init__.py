@@ -24,6 +24,7 @@ from torchkiln.engines.base import (
 )
 from torchkiln.engines.docker import INSTALL_HINT as DOCKER_INSTALL_HINT
 from torchkiln.engines.docker import DockerEngine, Probe, docker_candidates, probe_docker
+from torchkiln.engines.podman import INSTALL_HINT as PODMAN_INSTALL_HINT
 from torchkiln.engines.podman import PodmanEngine, probe_podman
 from torchkiln.errors import EngineMissingError
 from torchkiln.runner import Runner
@@ -69,22 +70,27 @@ def probe_engines(
         if not docker_candidates(env):
             probes.append(Probe("docker", None, "docker is not installed", DOCKER_INSTALL_HINT))
     if wanted in (None, "podman"):
-        p = probe_podman(runner, env.get("KILN_PODMAN"))
+        p = probe_podman(runner, env.get("KILN_PODMAN"), env.get("PATH", ""))
         probes.append(p)
     return probes
 
 
-def get_engine(name: str | None = None, runner: Runner | None = None) -> Engine:
+def get_engine(
+    name: str | None = None, runner: Runner | None = None, env: Mapping[str, str] | None = None
+) -> Engine:
     """The engine to use: ``name`` ("docker" / "podman"), else ``KILN_ENGINE``, else the first usable."""
-    probes = probe_engines(name, runner)
+    env = os.environ if env is None else env
+    probes = probe_engines(name, runner, env)
     for p in probes:
         if p.engine is not None:
             return p.engine
     reasons = "; ".join(f"{p.binary}: {p.reason}" for p in probes)
-    wanted = name or os.environ.get("KILN_ENGINE")
+    wanted = name or env.get("KILN_ENGINE")
     what = f"{wanted} cannot be used" if wanted else "no usable container engine was found"
     hints: list[str] = []
     for p in probes:
         if p.hint and p.hint not in hints:
             hints.append(p.hint)
+    if DOCKER_INSTALL_HINT in hints and PODMAN_INSTALL_HINT in hints:  # the docker hint names podman too
+        hints.remove(PODMAN_INSTALL_HINT)
     raise EngineMissingError(f"{what} ({reasons}).", hint=" ".join(hints))

@@ -85,8 +85,8 @@ class PodmanEngine(Engine):
         return [self.info.binary, "save", "--format", "docker-archive", "-o", str(dest), image]
 
 
-def probe_podman(runner: Runner, binary: str | None = None) -> Probe:
-    path = binary or shutil.which("podman")
+def probe_podman(runner: Runner, binary: str | None = None, search_path: str | None = None) -> Probe:
+    path = binary or shutil.which("podman", path=search_path)
     if path is None:
         return Probe("podman", None, "podman is not installed", INSTALL_HINT)
     ver = runner.run([path, "version", "--format", "{{.Client.Version}}"], check=False)

@@ -1,0 +1,252 @@
+"""Shared fixtures: real engines (or a clean skip), the offline base, the configured wheel mirror.
+
+- ``docker_engine`` / ``podman_engine``: a usable engine, probed for real, else ``pytest.skip``
+  with the reason (what is missing, or that the daemon is down).
+- ``offline_base`` / ``podman_base``: ``kiln base bootstrap`` (Debian bookworm + python3), built once
+  and then reused across test runs by its tag (``kiln-base:bookworm``).
+- ``mirror``: the package sources of this machine, from the ``KILN_*`` source variables when any is
+  set, else from ``pip config list``; skipped when neither names any source. A CA bundle for TLS is
+  taken from the sources, ``SSL_CERT_FILE`` or the system default.
+- ``cpu_build``: the CPU example built once per session on the offline base, with a marker CA
+  certificate in its CA secret (to prove that the secret reaches no layer).
+
+Nothing here talks to an engine at import or collection time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import tarfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from torchkiln.base import BaseRequest, bootstrap
+from torchkiln.engines import Engine, get_engine
+from torchkiln.engines.pipeline import BuildOptions, BuildSummary, build_image
+from torchkiln.errors import EngineMissingError
+from torchkiln.runner import Runner
+from torchkiln.sources import SourceLayer, layer_from_env, layer_from_pip
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SOURCE_VARS = ("KILN_INDEX_URL", "KILN_EXTRA_INDEX_URL", "KILN_FIND_LINKS", "KILN_TORCH_INDEX")
+
+
+# -- engines ----------------------------------------------------------------------------------------
+
+
+def _engine_or_skip(name: str) -> Engine:
+    try:
+        return get_engine(name, Runner())
+    except EngineMissingError as e:
+        pytest.skip(f"no usable {name}: {e.message}")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Engine:
+    return _engine_or_skip("docker")
+
+
+@pytest.fixture(scope="session")
+def podman_engine() -> Engine:
+    return _engine_or_skip("podman")
+
+
+def _base_or_skip(engine: Engine) -> str:
+    if shutil.which("debootstrap") is None:
+        pytest.skip("debootstrap is not installed (needed for the offline base image)")
+    if os.geteuid() != 0 and not engine.image_exists(BaseRequest().image):
+        pytest.skip("bootstrapping the offline base needs root")
+    return bootstrap(engine, BaseRequest()).image
+
+
+@pytest.fixture(scope="session")
+def offline_base(docker_engine: Engine) -> str:
+    """``kiln-base:bookworm`` in docker (made once, then found by tag)."""
+    return _base_or_skip(docker_engine)
+
+
+@pytest.fixture(scope="session")
+def podman_base(podman_engine: Engine) -> str:
+    return _base_or_skip(podman_engine)
+
+
+# -- package sources --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """The configured sources, as a flag-level layer, plus look-ups in their local folders."""
+
+    layer: SourceLayer
+
+    def local_folders(self) -> list[Path]:
+        out: list[Path] = []
+        for loc in (*self.layer.find_links, *(self.layer.extra_index_urls), self.layer.index_url or ""):
+            if not loc:
+                continue
+            if loc.startswith("file://"):
+                out.append(Path(urllib.request.url2pathname(urllib.parse.urlsplit(loc).path)))
+            elif "://" not in loc:
+                out.append(Path(loc))
+        return [p for p in out if p.is_dir()]
+
+    def has(self, project: str, version: str) -> bool:
+        """Whether a local folder (wheel folder or PEP 503 index folder) holds ``project-version…``."""
+        prefix = f"{project}-{version}"
+        for folder in self.local_folders():
+            if any(f.name.startswith(prefix) for f in folder.glob(f"{project}-*")):
+                return True
+            page = folder / project / "index.html"
+            if page.is_file() and prefix in page.read_text(errors="replace"):
+                return True
+        return False
+
+    def with_ca(self, ca: Path) -> SourceLayer:
+        return replace(self.layer, ca_bundle=str(ca))
+
+
+def _system_ca() -> str | None:
+    for candidate in (os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def mirror() -> Mirror:
+    if any(os.environ.get(v) for v in SOURCE_VARS):
+        layer = layer_from_env(os.environ, Path.cwd())
+    else:
+        try:
+            layer = layer_from_pip(Runner())
+        except Exception as e:  # no pip: nothing configured
+            pytest.skip(f"no package mirror configured ({e})")
+    if not (layer.index_url or layer.extra_index_urls or layer.find_links):
+        pytest.skip("no package mirror configured: set KILN_FIND_LINKS / KILN_INDEX_URL or pip's find-links")
+    ca = layer.ca_bundle or _system_ca()
+    return Mirror(replace(layer, origin="test", ca_bundle=ca))
+
+
+# -- saved images -----------------------------------------------------------------------------------
+
+
+def iter_layer_files(archive: Path) -> Iterator[tuple[str, tarfile.TarInfo, tarfile.TarFile]]:
+    """Every entry of every layer of a docker-archive tar, streamed (nothing extracted to disk).
+
+    Yields (layer path, entry, the layer's open tar) — read a regular file with
+    ``layer_tar.extractfile(entry)`` while iterating.
+    """
+    with tarfile.open(archive) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))  # type: ignore[arg-type]
+        for layer_path in manifest[0]["Layers"]:
+            f = outer.extractfile(layer_path)
+            assert f is not None
+            with tarfile.open(fileobj=f, mode="r|*") as inner:
+                for entry in inner:
+                    yield layer_path, entry, inner
+
+
+def image_config(archive: Path) -> str:
+    """The image configuration JSON (history, env, labels) of a docker-archive tar, as text."""
+    with tarfile.open(archive) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))  # type: ignore[arg-type]
+        f = outer.extractfile(manifest[0]["Config"])
+        assert f is not None
+        return f.read().decode()
+
+
+# -- the CPU example, built once --------------------------------------------------------------------
+
+
+def copy_example(dest: Path, spec: str = "cpu.toml") -> Path:
+    """A private copy of an example spec and its app folder; returns the spec path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(EXAMPLES / spec, dest / spec)
+    shutil.copytree(EXAMPLES / "apps", dest / "apps", dirs_exist_ok=True)
+    return dest / spec
+
+
+def make_marker_ca(dest: Path, system_ca: str | None) -> tuple[Path, str]:
+    """A CA bundle = the system bundle + a freshly made self-signed certificate; returns (path, marker).
+
+    The marker is a line of the new certificate's base64 body: unique to this run, so finding it in
+    an image proves the secret leaked.
+    """
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a marker CA certificate")
+    key, cert = dest / "marker.key", dest / "marker.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=torchkiln test CA",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    body = [ln for ln in cert.read_text().splitlines() if ln and not ln.startswith("-----")]
+    marker = body[len(body) // 2]
+    bundle = dest / "ca-bundle.pem"
+    parts = [Path(system_ca).read_text()] if system_ca else []
+    bundle.write_text("".join(parts) + "\n" + cert.read_text())
+    return bundle, marker
+
+
+@pytest.fixture(scope="session")
+def example_copy():  # type: ignore[no-untyped-def]
+    """``example_copy(dest, spec="cpu.toml") -> spec path``: a private copy of an example."""
+    return copy_example
+
+
+@pytest.fixture(scope="session")
+def layer_files():  # type: ignore[no-untyped-def]
+    """``layer_files(archive)``: iterate the entries of every layer of a saved image."""
+    return iter_layer_files
+
+
+@pytest.fixture(scope="session")
+def saved_config():  # type: ignore[no-untyped-def]
+    """``saved_config(archive) -> str``: the image configuration JSON of a saved image."""
+    return image_config
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    engine: Engine
+    spec: Path
+    options: BuildOptions
+    summary: BuildSummary
+    ca_marker: str
+
+    @property
+    def ref(self) -> str:
+        return self.summary.image
+
+    def run(self, *argv: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+        r = self.engine.run(self.ref, list(argv), user=user, check=False)
+        return subprocess.CompletedProcess(list(argv), r.returncode, r.stdout, r.stderr)
+
+
+@pytest.fixture(scope="session")
+def cpu_build(
+    docker_engine: Engine, offline_base: str, mirror: Mirror, tmp_path_factory: pytest.TempPathFactory
+) -> BuiltImage:
+    if not mirror.has("torch", "2.13.0+cpu"):
+        pytest.skip("the configured mirror has no CPU torch 2.13.0 wheel")
+    work = tmp_path_factory.mktemp("cpu-build")
+    spec = copy_example(work / "spec")
+    ca, marker = make_marker_ca(work, mirror.layer.ca_bundle)
+    options = BuildOptions(
+        base=offline_base,
+        tag="kiln-test/example-cpu:session",
+        context_dir=work / "context",
+        flags=mirror.with_ca(ca),
+    )
+    summary = build_image(spec, docker_engine, options, env={})
+    return BuiltImage(docker_engine, spec, options, summary, marker)
