@@ -1273,7 +1273,11 @@ def check_nccl(ctx: Context) -> tuple[str, str, dict[str, Any]]:
         raise Outcome(FAIL, f"ranks {hung} did not finish within {ctx.options.nccl_timeout:.0f} s", details)
     errors = [f"rank {r['rank']}: {r['error']}" for r in ranks if "error" in r]
     if errors:
-        raise Outcome(FAIL, "; ".join(errors), details)
+        text = "; ".join(errors)
+        if re.search(r"/dev/shm|shared memory|shm", text, re.IGNORECASE):
+            text += " (NCCL needs more /dev/shm than docker's default 64 MiB: run the container with " \
+                    "--ipc=host or --shm-size=1g)"
+        raise Outcome(FAIL, text, details)
     wrong = [r["rank"] for r in ranks if not r.get("correct")]
     if wrong:
         raise Outcome(FAIL, f"all-reduce gave a wrong sum on ranks {wrong}", details)
