@@ -154,9 +154,9 @@ def _check(report: dict[str, object]) -> None:
         "sm_75", "sm_80", "sm_90", "sm_90a", "sm_75", "sm_80", "compute_90", "sm_90", "sm_90a",
     ]  # fmt: skip
     assert binary["coverage"] == {
-        "9.0": {"runs": True, "entry": "sm_90a", "how": "sass"},
-        "10.0": {"runs": True, "entry": "compute_90", "how": "ptx-jit"},
-        "7.5": {"runs": True, "entry": "sm_75", "how": "sass"},
+        "9.0": {"runs": True, "entry": "sm_90a", "how": "sass", "embedded": False},
+        "10.0": {"runs": True, "entry": "compute_90", "how": "ptx-jit", "embedded": False},
+        "7.5": {"runs": True, "entry": "sm_75", "how": "sass", "embedded": False},
     }
 
 

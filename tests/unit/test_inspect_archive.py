@@ -215,7 +215,7 @@ def check_sample(report_dict: dict[str, object]) -> None:
         ("sass", "sm_90", False),
         ("sass", "sm_90a", False),
     ]
-    assert b["coverage"]["8.6"] == {"runs": True, "entry": "sm_80", "how": "sass-compatible"}
+    assert b["coverage"]["8.6"] == {"runs": True, "entry": "sm_80", "how": "sass-compatible", "embedded": False}
     assert b["failing"] == []
     layers = report_dict["image"]["layers"]  # type: ignore[index]
     assert [x["created_by"] for x in layers] == [
@@ -391,3 +391,20 @@ def test_cli_missing_file_and_unknown_gpu(tmp_path: Path, capsys: pytest.Capture
     assert code == 7 and "no such file" in err
     code, _, err = run_cli(capsys, str(FIXTURES / "multi.so"), "-t", "H1000")
     assert code == 4 and "H100" in err and "Traceback" not in err
+
+
+def test_cli_embedded_kernels_are_found_and_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, str(FIXTURES / "embedded.so"), "-t", "T4,H100", "--json", "--check")
+    assert code == 0
+    (b,) = json.loads(out)["binaries"]
+    assert [e["arch"] for e in b["entries"]] == ["sm_75", "sm_75"]
+    assert b["embedded"] == {
+        "sections": [".kernels"],
+        "entries": 3,
+        "other_entries": 0,
+        "archs": ["sm_80", "sm_90", "compute_90"],
+    }
+    assert b["coverage"]["9.0"] == {"runs": True, "entry": "sm_90", "how": "sass", "embedded": True}
+    assert b["coverage"]["7.5"]["embedded"] is False
+    code, out, _ = run_cli(capsys, str(FIXTURES / "embedded.so"), "-t", "H100")
+    assert "(in .kernels)" in out and "loads itself" in out

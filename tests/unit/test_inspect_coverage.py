@@ -109,3 +109,18 @@ def test_suffixed_ptx_is_not_forward_compatible() -> None:
     spec = ArchEntry.parse("compute_90a")
     assert spec.runs_on(Capability(9, 0)) and not spec.runs_on(Capability(10, 0))
     assert ArchEntry.parse("compute_90").runs_on(Capability(12, 1))
+
+
+def test_embedded_entries_fill_only_the_gaps() -> None:
+    from torchkiln.inspect.fatbin import read_embedded
+
+    path = FIXTURES / "embedded.so"
+    targets = [t("7.5"), t("8.6"), t("9.0"), t("12.0"), t("7.0")]
+    res = binary_coverage(list_entries(path), targets, read_embedded(path))
+    assert [(r.entry, r.how, r.embedded) for r in res] == [
+        ("sm_75", "sass", False),  # the regular entry wins where it runs
+        ("sm_80", "sass-compatible", True),
+        ("sm_90", "sass", True),
+        ("compute_90", "ptx-jit", True),
+        (None, "none", False),
+    ]

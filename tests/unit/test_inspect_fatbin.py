@@ -231,3 +231,18 @@ def test_module_runs_alone_without_site_packages(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "9"
+
+
+def test_embedded_fat_binaries_in_other_sections() -> None:
+    path = FIXTURES / "embedded.so"
+    assert [e.arch for e in list_entries(path)] == ["sm_75", "sm_75"]  # what cuobjdump lists
+    embedded = fatbin.read_embedded(path)
+    assert [(e.kind, e.arch, e.section) for e in embedded] == [
+        ("sass", "sm_80", ".kernels"),
+        ("ptx", "compute_90", ".kernels"),
+        ("sass", "sm_90", ".kernels"),
+    ]
+    data = path.read_bytes()
+    assert all(data[e.offset : e.offset + 2] in (b"\x01\x00", b"\x02\x00") for e in embedded)  # entry kinds
+    assert fatbin.read_embedded(FIXTURES / "multi.so") == ()
+    assert fatbin.read_embedded(FIXTURES / "stripped.so") == ()  # a scan already saw everything

@@ -182,11 +182,28 @@ def _print_binaries(binaries: list[BinaryReport], targets: tuple[Target, ...]) -
         cells = []
         for tg in targets:
             r = by_target.get(tg.key)
-            cells.append(_mark(r is not None and r.runs) + ("" if r is None or r.how != "ptx-jit" else " jit"))
+            cell = _mark(r is not None and r.runs)
+            if r is not None and r.how == "ptx-jit":
+                cell += " jit"
+            if r is not None and r.embedded:
+                cell += "*"
+            cells.append(cell)
         compressed = sum(1 for e in b.device_entries if e.compressed)
         entries = f"{len(b.device_entries)}" + (f" ({compressed} compressed)" if compressed else "")
         t.add_row(escape(b.path), escape(b.package or ""), entries, _archs(b.archs, 16), *cells)
     console.print(t)
+    if any(r.embedded for b in binaries for r in b.coverage):
+        console.print(
+            "[dim]* from fat binaries the library keeps in its own data sections and loads itself"
+            " (cuFFT, cuBLAS); cuobjdump does not list them.[/dim]"
+        )
+
+
+def _group_key(kind: str, label: str) -> tuple[int, tuple[int, int, str]]:
+    """Regular entries first, then embedded ones; LTO-IR and unknown kinds last; by arch within."""
+    name = label.split(" ", 1)[0]
+    rank = (0 if " " not in label else 1) if kind in ("sass", "ptx") else 2
+    return rank, arch_sort_key(name) if kind in ("sass", "ptx") else (0, 0, name)
 
 
 def _print_arch_summary(b: BinaryReport) -> None:
@@ -202,9 +219,12 @@ def _print_arch_summary(b: BinaryReport) -> None:
     t.add_column("entries", justify="right")
     t.add_column("compressed", justify="right")
     t.add_column("size (uncompressed)", justify="right")
-    for (kind, arch), (n, nc, size) in sorted(
-        groups.items(), key=lambda kv: arch_sort_key(kv[0][1]) if kv[0][0] in ("sass", "ptx") else (9999, 0, "")
-    ):
+    for e in b.embedded:
+        g = groups.setdefault((e.kind, f"{e.arch} (in {e.section})"), [0, 0, 0])
+        g[0] += 1
+        g[1] += int(e.compressed)
+        g[2] += e.uncompressed_size if e.compressed else e.payload_size
+    for (kind, arch), (n, nc, size) in sorted(groups.items(), key=lambda kv: _group_key(kv[0][0], kv[0][1])):
         t.add_row(arch, kind, str(n), str(nc), human(size))
     console.print(t)
 

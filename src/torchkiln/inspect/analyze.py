@@ -8,7 +8,6 @@ container engine to export the image); everything it computes is delegated to th
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import posixpath
@@ -16,14 +15,24 @@ import re
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchkiln.errors import InputError
 from torchkiln.inspect._io import IOStats, RangeFile
-from torchkiln.inspect.coverage import Target, binary_coverage, summarize_packages
-from torchkiln.inspect.fatbin import ELF_MAGIC, BinaryFile, FatbinError, FatbinListing, NotElfError, read_fatbins
+from torchkiln.inspect.coverage import Target, binary_coverage, needs_embedded, summarize_packages
+from torchkiln.inspect.fatbin import (
+    ELF_MAGIC,
+    BinaryFile,
+    FatbinEntry,
+    FatbinError,
+    FatbinListing,
+    NotElfError,
+    read_embedded,
+    read_fatbins,
+)
 from torchkiln.inspect.image import ImageArchive, is_tar
 from torchkiln.inspect.report import (
     ELF_TYPES,
@@ -61,12 +70,18 @@ def _is_metadata(path: str) -> bool:
     )
 
 
-def owners_from_metadata(files: dict[str, bytes]) -> dict[str, Owner]:
+def owners_from_metadata(files: dict[str, bytes], wanted: Collection[str] | None = None) -> dict[str, Owner]:
     """Map file paths to (package, version) from dist-info RECORDs, dpkg lists and conda-meta.
 
     ``files`` maps the metadata file's path (relative to the root) to its content. Wheels win over
-    conda, conda over dpkg, when several claim a file.
+    conda, conda over dpkg, when several claim a file. With ``wanted``, only those paths are looked
+    up (much faster on a torch image, whose RECORDs list tens of thousands of files).
     """
+    bases = None if wanted is None else {w.rsplit("/", 1)[-1] for w in wanted}
+
+    def keep(entry: str) -> bool:
+        return bases is None or entry.rsplit("/", 1)[-1] in bases
+
     owners: dict[str, Owner] = {}
     dpkg_versions: dict[str, str] = {}
     status = files.get("var/lib/dpkg/status")
@@ -81,6 +96,8 @@ def owners_from_metadata(files: dict[str, bytes]) -> dict[str, Owner]:
         if m := _DPKG_LIST.match(path):
             pkg = m.group(1)
             for line in data.decode("utf-8", "replace").splitlines():
+                if not keep(line.strip()):
+                    continue
                 p = posixpath.normpath("/" + line.strip()).lstrip("/")
                 if p and p != ".":
                     owners[p] = (pkg, dpkg_versions.get(pkg))
@@ -94,6 +111,8 @@ def owners_from_metadata(files: dict[str, bytes]) -> dict[str, Owner]:
                 continue
             prefix = m.group(1)
             for f in doc["files"]:
+                if not keep(str(f)):
+                    continue
                 p = posixpath.normpath(posixpath.join("/" + prefix, str(f))).lstrip("/")
                 owners[p] = (str(doc.get("name")), str(doc.get("version")) if doc.get("version") else None)
     for path, data in sorted(files.items()):
@@ -103,35 +122,52 @@ def owners_from_metadata(files: dict[str, bytes]) -> dict[str, Owner]:
             if not name:
                 name, version = distinfo, ""
             owner = (name.replace("_", "-").lower(), version or None)
-            for row in csv.reader(io.StringIO(data.decode("utf-8", "replace"))):
+            text = data.decode("utf-8", "replace")
+            lines = (
+                text.splitlines() if bases is None else [ln for ln in text.splitlines() if keep(ln.split(",", 1)[0])]
+            )
+            for row in csv.reader(lines):
                 if row and row[0]:
                     p = posixpath.normpath(posixpath.join("/" + parent, row[0])).lstrip("/")
                     owners[p] = owner
     return owners
 
 
-def _read_elf(f: BinaryFile, *, all_sections: bool) -> tuple[FatbinListing | None, str | None]:
+@dataclass(frozen=True)
+class _Read:
+    listing: FatbinListing | None
+    embedded: tuple[FatbinEntry, ...] = ()
+    error: str | None = None
+
+
+def _read_elf(f: BinaryFile, targets: Sequence[Target], *, all_sections: bool) -> _Read:
+    """List a file's fat binaries; when they leave a target uncovered, also look for embedded ones."""
     try:
-        return read_fatbins(f, all_sections=all_sections), None
+        listing = read_fatbins(f, all_sections=all_sections)
+        embedded: tuple[FatbinEntry, ...] = ()
+        if listing.entries and listing.method == "sections" and needs_embedded(listing.entries, targets):
+            embedded = read_embedded(f)
+        return _Read(listing, embedded)
     except FatbinError as e:
-        return None, str(e)
+        return _Read(None, error=str(e))
 
 
 def _binary(
     path: str,
     size: int,
-    listing: FatbinListing | None,
-    error: str | None,
+    read: _Read,
     targets: Sequence[Target],
     owner: Owner | None,
     layer: int | None,
 ) -> BinaryReport:
+    listing, error = read.listing, read.error
     entries = listing.entries if listing else ()
     return BinaryReport(
         path=path,
         size=size,
         entries=entries,
-        coverage=binary_coverage(entries, targets) if entries else (),
+        embedded=read.embedded,
+        coverage=binary_coverage(entries, targets, read.embedded) if entries else (),
         package=owner[0] if owner else None,
         version=owner[1] if owner else None,
         layer=layer,
@@ -181,6 +217,9 @@ def inspect_binary(path: Path, targets: Sequence[Target], *, all_sections: bool 
     try:
         size = path.stat().st_size
         listing = read_fatbins(path, all_sections=all_sections)
+        embedded: tuple[FatbinEntry, ...] = ()
+        if listing.entries and listing.method == "sections" and needs_embedded(listing.entries, targets):
+            embedded = read_embedded(path)
     except NotElfError:
         raise InputError(
             f"{path} is not an ELF file (not a shared object, executable or object file).", hint=_HINT_KINDS
@@ -189,7 +228,7 @@ def inspect_binary(path: Path, targets: Sequence[Target], *, all_sections: bool 
         raise InputError(f"{path} is a damaged ELF file: {e}.", hint="The file is truncated or corrupt.") from None
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}.") from None
-    binaries = [_binary(str(path), size, listing, None, targets, None, None)]
+    binaries = [_binary(str(path), size, _Read(listing, embedded), targets, None, None)]
     notes = [] if listing.entries else [f"{path.name} contains no CUDA device code."]
     stats = ScanStats(files=1, elf_files=1, bytes_read=0, seconds=time.perf_counter() - t0)
     return _finish("binary", str(path), targets, binaries, stats, notes=notes)
@@ -226,14 +265,11 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
                         nbytes += info.file_size
                         read_s += time.perf_counter() - t
                         spool.seek(0)
-                        listing, error = _read_elf(spool, all_sections=all_sections)
-                if listing is not None and not listing.entries:
+                        read = _read_elf(spool, targets, all_sections=all_sections)
+                if read.listing is not None and not read.listing.entries:
                     continue
-                binaries.append(
-                    _binary(
-                        info.filename, info.file_size, listing, error, targets, (name, version) if name else None, None
-                    )
-                )
+                owner = (name, version) if name else None
+                binaries.append(_binary(info.filename, info.file_size, read, targets, owner, None))
     except zipfile.BadZipFile as e:
         raise InputError(f"{path} is not a readable wheel/zip archive ({e}).", hint=_HINT_KINDS) from None
     except (EOFError, OSError) as e:
@@ -269,7 +305,7 @@ def inspect_image_archive(
         meta = img.meta
         layers: list[LayerFiles] = []
         metadata: dict[str, tuple[int, bytes]] = {}
-        found: dict[tuple[int, str], tuple[int, FatbinListing | None, str | None]] = {}
+        found: dict[tuple[int, str], tuple[int, _Read]] = {}
         files = elf_files = 0
         for ref in meta.layers:
             if progress:
@@ -292,24 +328,24 @@ def inspect_image_archive(
                 elf_files += 1
                 f = m.open_random()
                 try:
-                    listing, error = _read_elf(f, all_sections=all_sections)
+                    read = _read_elf(f, targets, all_sections=all_sections)
                 finally:
                     if not isinstance(f, RangeFile):
                         f.close()  # type: ignore[attr-defined]
-                if error is not None or (listing is not None and listing.entries):
-                    found[(ref.index, m.path)] = (m.size, listing, error)
+                if read.error is not None or (read.listing is not None and read.listing.entries):
+                    found[(ref.index, m.path)] = (m.size, read)
             layers.append(lf)
 
     waste = find_waste(layers)
     final = waste.final
     live_meta = {p: data for p, (layer, data) in metadata.items() if p in final and final[p].layer == layer}
-    owners = owners_from_metadata(live_meta)
+    owners = owners_from_metadata(live_meta, wanted={p for _layer, p in found})
     binaries = []
-    for (layer, p), (size, listing, error) in found.items():
+    for (layer, p), (size, read) in found.items():
         rec = final.get(p)
         if rec is None or rec.layer != layer:
             continue  # deleted or replaced later: not in the image as it runs
-        binaries.append(_binary("/" + p, size, listing, error, targets, owners.get(p), layer))
+        binaries.append(_binary("/" + p, size, read, targets, owners.get(p), layer))
 
     layer_reports = []
     for ref, lf in zip(meta.layers, layers, strict=True):

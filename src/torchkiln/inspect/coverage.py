@@ -49,41 +49,59 @@ class TargetResult:
     #: the entry the driver would pick ("sm_90", "compute_90"), None = no kernel image
     entry: str | None
     how: How
+    #: the entry lies in a fat binary the library embeds and loads itself (not in .nv_fatbin)
+    embedded: bool = False
 
     @property
     def runs(self) -> bool:
         return self.how != "none"
 
     def to_dict(self) -> dict[str, object]:
-        return {"runs": self.runs, "entry": self.entry, "how": self.how}
+        return {"runs": self.runs, "entry": self.entry, "how": self.how, "embedded": self.embedded}
 
 
 def arch_entries(entries: Iterable[FatbinEntry]) -> list[ArchEntry]:
-    """SASS and PTX entries as ``ArchEntry`` values (LTO-IR and unknown kinds never run as they are)."""
-    out: list[ArchEntry] = []
-    for e in entries:
-        if e.kind == "sass" or e.kind == "ptx":
-            out.append(ArchEntry(e.kind, Capability(e.sm // 10, e.sm % 10), e.suffix))
-    return out
+    """The distinct SASS and PTX entries as ``ArchEntry`` values (LTO-IR and unknown kinds never run as they are)."""
+    unique = {(e.kind, e.sm, e.suffix) for e in entries if e.kind == "sass" or e.kind == "ptx"}
+    return [ArchEntry(kind, Capability(sm // 10, sm % 10), suffix) for kind, sm, suffix in unique]
 
 
-def binary_coverage(entries: Iterable[FatbinEntry], targets: Sequence[Target]) -> tuple[TargetResult, ...]:
-    """For each target, the entry a device of that capability would use, or none."""
-    archs = sorted(set(arch_entries(entries)))
+def _result(target: Target, archs: Sequence[ArchEntry], embedded: bool) -> TargetResult:
+    c = coverage(target.capability, archs)
+    how: How
+    if c.entry is None:
+        how = "none"
+    elif c.entry.kind == "ptx":
+        how = "ptx-jit"
+    elif c.entry.capability == target.capability:
+        how = "sass"
+    else:
+        how = "sass-compatible"
+    return TargetResult(target, None if c.entry is None else c.entry.name, how, embedded and c.entry is not None)
+
+
+def binary_coverage(
+    entries: Iterable[FatbinEntry], targets: Sequence[Target], embedded: Iterable[FatbinEntry] = ()
+) -> tuple[TargetResult, ...]:
+    """For each target, the entry a device of that capability would use, or none.
+
+    ``embedded`` entries (fat binaries a library loads itself, see ``fatbin.read_embedded``) count
+    only for targets the regular entries leave uncovered; such results are marked ``embedded``.
+    """
+    archs = sorted(arch_entries(entries))
+    extra = sorted(set(arch_entries(embedded)) | set(archs))
     results: list[TargetResult] = []
     for t in targets:
-        c = coverage(t.capability, archs)
-        how: How
-        if c.entry is None:
-            how = "none"
-        elif c.entry.kind == "ptx":
-            how = "ptx-jit"
-        elif c.entry.capability == t.capability:
-            how = "sass"
-        else:
-            how = "sass-compatible"
-        results.append(TargetResult(t, None if c.entry is None else c.entry.name, how))
+        r = _result(t, archs, False)
+        if not r.runs and extra != archs:
+            r = _result(t, extra, True)
+        results.append(r)
     return tuple(results)
+
+
+def needs_embedded(entries: Iterable[FatbinEntry], targets: Sequence[Target]) -> bool:
+    """Whether some target has no kernel image among ``entries`` (so embedded ones are worth a look)."""
+    return any(not r.runs for r in binary_coverage(entries, targets))
 
 
 @dataclass(frozen=True)

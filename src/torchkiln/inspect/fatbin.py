@@ -81,7 +81,7 @@ import io
 import os
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Literal, Protocol, Union
 
 __all__ = [
@@ -96,6 +96,7 @@ __all__ = [
     "cuobjdump_lines",
     "elf_sections",
     "list_entries",
+    "read_embedded",
     "read_fatbins",
     "scan_containers",
 ]
@@ -516,6 +517,53 @@ def read_fatbins(source: Source, *, all_sections: bool = False) -> FatbinListing
                 index = got[-1].container + 1
             entries.extend(got)
         return FatbinListing(tuple(entries), "sections", names, e_type, machine)
+    finally:
+        src.close()
+
+
+#: sections that never hold embedded fat binaries (code, symbols, unwind and debug data)
+_NOT_DATA = (".text", ".plt", ".init", ".fini", ".dynsym", ".dynstr", ".symtab", ".strtab", ".shstrtab",
+             ".eh_frame", ".eh_frame_hdr", ".gcc_except_table", ".dynamic", ".got", ".got.plt", ".interp",
+             ".nvFatBinSegment", "__nv_module_id")  # fmt: skip
+_NOT_DATA_PREFIX = (".rela", ".rel.", ".debug", ".gnu", ".note", ".zdebug")
+
+
+def read_embedded(source: Source) -> tuple[FatbinEntry, ...]:
+    """Fat binaries a library keeps in its own data sections and loads itself, outside ``.nv_fatbin``.
+
+    cuFFT ships most of its kernels this way (in ``.ldata``), cuBLAS some (in ``.cask_resource``);
+    cuobjdump does not list them. Each data section is scanned for validated containers; entries
+    carry the section's name. Returns nothing for a file without section headers (a scan of a
+    stripped file already includes everything). This reads whole sections, so call it only when
+    the regular listing leaves a question open.
+    """
+    src = _Opened(source)
+    try:
+        _elf_header(src.read_at(0, 64))
+        table = elf_sections(src.read_at, src.size)
+        if table is None:
+            return ()
+        out: list[FatbinEntry] = []
+        index = 0
+        for sec in table:
+            if (
+                sec.type == SHT_NOBITS
+                or sec.size < 80
+                or sec.name in FATBIN_SECTIONS
+                or sec.name in _NOT_DATA
+                or sec.name.startswith(_NOT_DATA_PREFIX)
+                or sec.offset + sec.size > src.size
+            ):
+                continue
+            base, size = sec.offset, sec.size
+
+            def read_in(off: int, n: int, base: int = base, size: int = size) -> bytes:
+                return src.read_at(base + off, min(n, size - off)) if off < size else b""
+
+            for e in scan_containers(read_in, size, index):
+                out.append(replace(e, section=sec.name, offset=base + e.offset))
+                index = e.container + 1
+        return tuple(out)
     finally:
         src.close()
 

@@ -14,7 +14,8 @@ JSON shape (``InspectReport.to_dict``)::
       "binaries": [{path, package, version, layer, size, elf_type, method, sections, error,
                     "entries": [{kind: "sass"|"ptx", arch: "sm_90"|"sm_90a"|"compute_90", compressed, ...}],
                     "other_entries": [...LTO-IR and unknown kinds...],
-                    "coverage": {"9.0": {runs, entry, how}}, "failing": ["9.0", ...]}],
+                    "embedded": {sections, entries, other_entries, archs} | null,
+                    "coverage": {"9.0": {runs, entry, how, embedded}}, "failing": ["9.0", ...]}],
       "packages": [{package, version, binaries, entries, archs, targets: {"9.0": {binaries_ok, failing}}}],
       "summary": {files, elf_files, cuda_binaries, entries, failing_binaries, wasted, errors},
       "notes": ["..."]
@@ -55,6 +56,8 @@ class BinaryReport:
     method: str = ""
     sections: tuple[str, ...] = ()
     error: str | None = None
+    #: fat binaries found in other data sections (the library loads them itself), when looked for
+    embedded: tuple[FatbinEntry, ...] = ()
 
     @property
     def device_entries(self) -> tuple[FatbinEntry, ...]:
@@ -70,6 +73,19 @@ class BinaryReport:
 
         return tuple(sorted({e.arch for e in self.device_entries}, key=arch_sort_key))
 
+    def _embedded_dict(self) -> dict[str, object] | None:
+        if not self.embedded:
+            return None
+        from torchkiln.inspect.coverage import arch_sort_key
+
+        device = [e for e in self.embedded if e.kind in ("sass", "ptx")]
+        return {
+            "sections": sorted({e.section for e in self.embedded}),
+            "entries": len(device),
+            "other_entries": len(self.embedded) - len(device),
+            "archs": sorted({e.arch for e in device}, key=arch_sort_key),
+        }
+
     def to_dict(self) -> dict[str, object]:
         return {
             "path": self.path,
@@ -84,6 +100,7 @@ class BinaryReport:
             "archs": list(self.archs),
             "entries": [e.to_dict() for e in self.device_entries],
             "other_entries": [e.to_dict() for e in self.entries if e.kind not in ("sass", "ptx")],
+            "embedded": self._embedded_dict(),
             "coverage": {r.target.key: r.to_dict() for r in self.coverage},
             "failing": [t.key for t in self.failing],
         }

@@ -240,41 +240,44 @@ def find_waste(layers: Sequence[LayerFiles]) -> WasteReport:
     venvs, condas = _roots(final)
     compiler = has_compiler(final)
 
-    # sizes of top-level packages in site-packages, to find "big" ones
+    files = [(path, rec) for path, rec in final.items() if rec.type == "file"]
+    # site-packages location of each file (or None), and the sizes of top-level packages there
+    site: dict[str, re.Match[str] | None] = {}
     pkg_size: dict[tuple[str, str], int] = {}
-    for path, rec in final.items():
-        if rec.type == "file":
-            m = _SITE.match(path)
-            if m and m.group(3):
-                key = (m.group(1), m.group(2))
-                pkg_size[key] = pkg_size.get(key, 0) + rec.size
+    for path, rec in files:
+        m = _SITE.match(path) if "-packages/" in path else None
+        site[path] = m
+        if m and m.group(3):
+            key = (m.group(1), m.group(2))
+            pkg_size[key] = pkg_size.get(key, 0) + rec.size
+    envs = venvs + condas
 
     cuda_libs: dict[str, list[FileRecord]] = {}
-    for path, rec in final.items():
-        if rec.type != "file" or rec.size == 0:
+    for path, rec in files:
+        if rec.size == 0:
             continue
-        base = posixpath.basename(path)
-        if m := _PIP.search(path):
+        base = path.rsplit("/", 1)[-1]
+        if ".cache/" in path and (m := _PIP.search(path)):
             acc.add("pip-cache", path[: m.end() - 1], rec)
-        elif m := _UV.search(path):
+        elif ".cache/" in path and (m := _UV.search(path)):
             acc.add("uv-cache", path[: m.end() - 1], rec)
-        elif m := _CONDA_HOME.search(path):
+        elif "pkgs/" in path and (m := _CONDA_HOME.search(path)):
             acc.add("conda-cache", path[: m.end() - 1], rec)
-        elif condas and (root := _conda_pkgs(path, condas)) is not None:
+        elif condas and "pkgs/" in path and (root := _conda_pkgs(path, condas)) is not None:
             acc.add("conda-cache", root, rec)
         elif path.startswith(_APT_LISTS):
             acc.add("apt-lists", path, rec)
-        elif _APT_CACHE.match(path):
+        elif path.startswith("var/cache/apt/") and _APT_CACHE.match(path):
             acc.add("apt-cache", path, rec)
-        elif "/__pycache__/" in "/" + path and not _PY_LIB.search(path) and not _inside(path, venvs + condas):
+        elif "__pycache__/" in path and _is_stray_pycache(path, envs):
             acc.add("pycache", path[: ("/" + path).index("/__pycache__/") + len("__pycache__")], rec)
-        elif (t := _tests_dir(path, pkg_size)) is not None:
+        elif (sm := site[path]) is not None and (t := _tests_dir(sm, pkg_size)) is not None:
             acc.add("tests", t, rec)
         elif compiler is None and base.endswith(".a"):
             acc.add("static-libs", path, rec)
         elif compiler is None and base.endswith(_HEADER_EXT) and (inc := _include_dir(path)) is not None:
             acc.add("headers", inc, rec)
-        elif cm := _CUDA_LIB.match(base):
+        elif base.startswith("lib") and ".so" in base and (cm := _CUDA_LIB.match(base)):
             cuda_libs.setdefault(cm.group(1), []).append(rec)
 
     for recs in cuda_libs.values():
@@ -309,9 +312,12 @@ def _conda_pkgs(path: str, condas: Sequence[str]) -> str | None:
     return None
 
 
-def _tests_dir(path: str, pkg_size: dict[tuple[str, str], int]) -> str | None:
-    m = _SITE.match(path)
-    if not m or not m.group(3):
+def _is_stray_pycache(path: str, envs: Sequence[str]) -> bool:
+    return "/__pycache__/" in "/" + path and not _PY_LIB.search(path) and not _inside(path, envs)
+
+
+def _tests_dir(m: re.Match[str], pkg_size: dict[tuple[str, str], int]) -> str | None:
+    if not m.group(3):
         return None
     if pkg_size.get((m.group(1), m.group(2)), 0) < BIG_PACKAGE:
         return None
