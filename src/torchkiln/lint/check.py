@@ -82,7 +82,7 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
     ctx = build_context(source, config)
     ignored = config.ignored_for(source.path)
     sup = Suppressions.scan(source.lines)
-    ranges = _instruction_ranges(source) if isinstance(source, Dockerfile) else None
+    ranges = _instruction_ranges(source) if isinstance(source, Dockerfile) else {}
     seen: set[tuple[str, int, str]] = set()
     out: list[Finding] = []
     for r in ordered_rules():
@@ -192,18 +192,19 @@ def _display(path: Path) -> str:
         return path.as_posix()
 
 
-def _instruction_ranges(df: Dockerfile) -> list[tuple[int, int]]:
-    return [(i.line, i.end_line) for i in df.instructions()]
+def _instruction_ranges(df: Dockerfile) -> dict[int, tuple[int, int]]:
+    """Each line of the file that belongs to an instruction → that instruction's first and last line."""
+    out: dict[int, tuple[int, int]] = {}
+    for i in df.instructions():
+        for n in range(i.line, i.end_line + 1):
+            out[n] = (i.line, i.end_line)
+    return out
 
 
-def _suppression_lines(source: Source, ranges: list[tuple[int, int]] | None, line: int) -> range:
-    start, end = line, line
-    if ranges is not None:
-        for a, b in ranges:
-            if a <= line <= b:
-                start, end = a, b
-                break
-    # the comment block directly above
+def _suppression_lines(source: Source, ranges: dict[int, tuple[int, int]], line: int) -> range:
+    """The lines whose ``# kiln: ignore=`` comments apply to a finding on ``line``: its
+    instruction (or the line itself) and the comment block directly above."""
+    start, end = ranges.get(line, (line, line))
     first = start
     while first - 1 >= 1 and source.lines[first - 2].lstrip().startswith("#"):
         first -= 1

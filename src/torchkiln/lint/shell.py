@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -38,8 +39,13 @@ class Token:
     quoted: bool = False
 
 
-def tokenize(text: str) -> list[Token]:
+@lru_cache(maxsize=4096)
+def tokenize(text: str) -> tuple[Token, ...]:
     """Split shell text into words, operators and redirections (with a newline operator)."""
+    return tuple(_tokenize(text))
+
+
+def _tokenize(text: str) -> list[Token]:
     toks: list[Token] = []
     i, n = 0, len(text)
     line = 0
@@ -67,7 +73,7 @@ def tokenize(text: str) -> list[Token]:
             while i < n and text[i] != "\n":
                 i += 1
             continue
-        op = next((o for o in _REDIRS if text.startswith(o, i)), None)
+        op = next((o for o in _REDIRS if text.startswith(o, i)), None) if ch in "<>&" else None
         if op is not None:
             toks.append(Token("redir", op, op, line, i, i + len(op)))
             i += len(op)
@@ -80,7 +86,7 @@ def tokenize(text: str) -> list[Token]:
                     line += nl
                     i = i2
             continue
-        op = next((o for o in _OPS if text.startswith(o, i)), None)
+        op = next((o for o in _OPS if text.startswith(o, i)), None) if ch in "&|;()" else None
         if op is not None:
             toks.append(Token("op", op, op, line, i, i + len(op)))
             i += len(op)
@@ -227,9 +233,14 @@ def split_assignment(word: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-def commands(snippet: Snippet) -> list[Command]:
+@lru_cache(maxsize=4096)
+def commands(snippet: Snippet) -> tuple[Command, ...]:
     """The simple commands of a snippet, in order (leading ``RUN`` and flags skipped)."""
-    toks = tokenize(snippet.text)
+    return tuple(_commands(snippet))
+
+
+def _commands(snippet: Snippet) -> list[Command]:
+    toks = list(tokenize(snippet.text))
     # drop the instruction keyword and its flags
     skip = snippet.skip_words
     while skip and toks and toks[0].kind == "word":
@@ -512,9 +523,3 @@ def _reqs(opts: Mapping[str, Sequence[str]], pos: Iterable[str]) -> tuple[Req, .
     out = [parse_req(p) for p in pos]
     out += [parse_req(e, editable=True) for e in opts.get("--editable", ())]
     return tuple(out)
-
-
-def shell_words(snippets: Iterable[Snippet]) -> Iterator[tuple[Command, Snippet]]:
-    for s in snippets:
-        for c in commands(s):
-            yield c, s
