@@ -54,7 +54,7 @@ def test_module_imports_only_the_standard_library_at_top_level() -> None:
 
 CAPS = ["7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"]
 NAMES = [f"sm_{c.replace('.', '')}" for c in CAPS] + [f"compute_{c.replace('.', '')}" for c in CAPS] + [
-    "sm_90a", "sm_100a", "sm_100f", "sm_120a", "sm_121a", "sm_103f"]
+    "sm_90a", "sm_100a", "sm_100f", "sm_120a", "sm_121a", "sm_103f", "compute_90a", "compute_100f", "compute_120a"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -75,6 +75,7 @@ def test_best_entry_agrees_with_torchkiln_arch_coverage() -> None:
         ["sm_90a", "sm_100a"],
         ["sm_80", "sm_90", "sm_90a", "compute_90"],
         ["compute_75"],
+        ["compute_90a", "compute_100f"],
         [],
     ]
     for names, c in itertools.product(lists, CAPS):

@@ -139,10 +139,11 @@ class Arch(NamedTuple):
 
     def runs_on(self, cap: tuple[int, int]) -> bool:
         mine = (self.major, self.minor)
-        if self.kind == "ptx":
-            return cap >= mine
-        if self.suffix == "a":
+        if self.suffix == "a":  # arch-specific SASS or PTX: exactly this device
             return cap == mine
+        if self.kind == "ptx" and self.suffix == "":  # plain PTX: JIT for any newer device
+            return cap >= mine
+        # plain SASS, and family SASS or PTX: same major, minor not older
         return cap[0] == self.major and cap[1] >= self.minor
 
 
@@ -192,7 +193,8 @@ def why_not_runnable(cap: tuple[int, int], entries: Iterable[Arch]) -> str:
     else:
         parts.append("no SASS")
     if ptx:
-        parts.append(f"its PTX ({', '.join(ptx)}) is newer than {dev}, so the driver cannot JIT it")
+        parts.append(f"its PTX ({', '.join(ptx)}) is newer than {dev} or arch-specific, so the driver "
+                     "cannot JIT it for this device")
     else:
         parts.append("no PTX the driver could JIT")
     return "; ".join(parts)
@@ -464,15 +466,15 @@ def _entry_to_arch(entry: Any) -> Arch | None:
         elif getattr(entry, "family_specific", False) or getattr(entry, "family", False) is True:
             suffix = "f"
     if isinstance(arch, int):
-        return Arch(kind, arch // 10, arch % 10, suffix if kind == "sass" else "")
+        return Arch(kind, arch // 10, arch % 10, suffix)
     if isinstance(arch, str):
         a = parse_arch(arch) or parse_arch(f"sm_{arch.replace('.', '')}")
         if a is not None:
-            return Arch(kind, a.major, a.minor, a.suffix or (suffix if kind == "sass" else ""))
+            return Arch(kind, a.major, a.minor, a.suffix or suffix)
         return None
     major, minor = getattr(arch, "major", None), getattr(arch, "minor", None)
     if isinstance(major, int) and isinstance(minor, int):
-        return Arch(kind, major, minor, suffix if kind == "sass" else "")
+        return Arch(kind, major, minor, suffix)
     return None
 
 
@@ -490,7 +492,7 @@ def parse_cuobjdump_list(text: str) -> list[Arch]:
         if a is None:
             continue
         kind = "sass" if m.group(2) == "cubin" else "ptx"
-        out.append(Arch(kind, a.major, a.minor, a.suffix if kind == "sass" else ""))
+        out.append(Arch(kind, a.major, a.minor, a.suffix))
     return out
 
 
