@@ -81,7 +81,7 @@ import io
 import os
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import IO, Literal, Protocol, Union
 
 __all__ = [
@@ -227,7 +227,7 @@ class FatbinListing:
 
 
 def _parse_container(
-    read_at: ReadAt, offset: int, limit: int, section: str, index: int
+    read_at: ReadAt, offset: int, limit: int, section: str, index: int, base: int = 0
 ) -> tuple[list[FatbinEntry], int]:
     """Parse the container at ``offset``; return its entries and the offset just past it.
 
@@ -279,7 +279,7 @@ def _parse_container(
                 compression=compression,
                 section=section,
                 container=index,
-                offset=pos,
+                offset=base + pos,
                 header_size=ehsize,
                 payload_size=psize,
                 compressed_size=csize,
@@ -316,12 +316,15 @@ def _parse_region(read_at: ReadAt, start: int, end: int, section: str, first_ind
     return out
 
 
-def scan_containers(read_at: ReadAt, size: int, first_index: int = 0) -> list[FatbinEntry]:
+def scan_containers(
+    read_at: ReadAt, size: int, first_index: int = 0, *, section: str = "", base: int = 0
+) -> list[FatbinEntry]:
     """Find fat-binary containers anywhere in ``[0, size)`` by their magic, keeping only valid ones.
 
     Used when section headers are missing. A hit counts only if its container parses completely
     (sane header, only known entry kinds, entry headers tiling it exactly); scanning resumes after
-    each valid container. Reads the file once in large chunks.
+    each valid container. Reads the file once in large chunks. ``read_at`` may be a window into a
+    bigger file: ``base`` is then added to the entries' offsets and ``section`` names their section.
     """
     out: list[FatbinEntry] = []
     index = first_index
@@ -331,11 +334,18 @@ def scan_containers(read_at: ReadAt, size: int, first_index: int = 0) -> list[Fa
         chunk = read_at(pos, min(_SCAN_CHUNK, size - pos))
         if not chunk:
             break
+        view = memoryview(chunk)
+        lo, hi = pos, pos + len(chunk)
+
+        def cached(off: int, n: int, lo: int = lo, hi: int = hi, view: memoryview = view) -> bytes:
+            # headers inside the chunk in hand are read from it, the rest from the file
+            return bytes(view[off - lo : off - lo + n]) if lo <= off and off + n <= hi else read_at(off, n)
+
         hit = chunk.find(_MAGIC_BYTES, max(resume - pos, 0))
         while hit >= 0:
             at = pos + hit
             try:
-                entries, end = _parse_container(read_at, at, size, "", index)
+                entries, end = _parse_container(cached, at, size, section, index, base)
             except FatbinError:
                 entries, end = [], at
             if entries and all(e.kind != "unknown" for e in entries):
@@ -560,9 +570,10 @@ def read_embedded(source: Source) -> tuple[FatbinEntry, ...]:
             def read_in(off: int, n: int, base: int = base, size: int = size) -> bytes:
                 return src.read_at(base + off, min(n, size - off)) if off < size else b""
 
-            for e in scan_containers(read_in, size, index):
-                out.append(replace(e, section=sec.name, offset=base + e.offset))
-                index = e.container + 1
+            found = scan_containers(read_in, size, index, section=sec.name, base=base)
+            if found:
+                out.extend(found)
+                index = found[-1].container + 1
         return tuple(out)
     finally:
         src.close()
