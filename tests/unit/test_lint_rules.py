@@ -150,9 +150,22 @@ def test_secret_names_and_shapes() -> None:
     for name in ("TOKENIZERS_PARALLELISM", "HF_TOKEN_PATH", "TOKEN_FILE", "PWD", "MAX_JOBS", "AWS_ACCESS_KEY_ID"):
         assert not secret_name(name), name
     assert url_credentials("https://user:pw@host/simple") == "user:pw"
+    flags = "FROM python:3.11-slim-bookworm\nARG SCCACHE_S3_NO_CREDENTIALS=0\nENV USE_AUTH_TOKEN=false\nUSER 1000\n"
+    assert lint_text(flags) == []  # switches named like secrets are not secrets
     assert url_credentials("https://${TOKEN}@host") is None
     assert url_credentials("git+ssh://git@github.com/org/repo") is None
     assert url_credentials("https://host/simple") is None
+
+
+def test_ptx_advice_skips_arch_specific_targets() -> None:
+    def fix(value: str) -> list[str]:
+        text = f'FROM python:3.11-slim-bookworm\nENV TORCH_CUDA_ARCH_LIST="{value}"\nUSER 1000\n'
+        return [f.fix for f in lint_text(text) if f.rule == "KL012"]
+
+    assert fix("8.0;9.0a") == ['TORCH_CUDA_ARCH_LIST="8.0;9.0a;9.0+PTX"']
+    assert fix("8.0;9.0;9.0a") == ['TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX;9.0a"']
+    assert fix("8.0;9.0a+PTX") == ['TORCH_CUDA_ARCH_LIST="8.0;9.0a+PTX;9.0+PTX"']  # compute_90a is not portable
+    assert fix("8.0;9.0+PTX") == []
 
 
 def test_arch_list_validation_follows_torch() -> None:

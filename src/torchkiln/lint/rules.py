@@ -291,8 +291,8 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
                 if copy_at is not None and _is_dependency_install(inst, tools_before):
                     yield Hit(
                         copy_at.line,
-                        f"COPY {' '.join(copy_at.args)} in {_stage_label(stage)} comes before the "
-                        f"{inst.tool} install on line {inst.line}: any code change reinstalls the dependencies",
+                        f"{copy_at.keyword} {' '.join(copy_at.args)} in {_stage_label(stage)} comes before the "
+                        f"{_tool_label(inst)} on line {inst.line}: any code change reinstalls the dependencies",
                         stage=stage.label,
                     )
                     copy_at = None
@@ -397,6 +397,11 @@ def url_credentials(text: str) -> str | None:
     return None
 
 
+def _flag_value(value: str | None) -> bool:
+    """A switch, not a secret: SCCACHE_S3_NO_CREDENTIALS=0, USE_AUTH_TOKEN=false."""
+    return value is not None and value.strip().lower() in ("0", "1", "true", "false", "yes", "no", "on", "off")
+
+
 def _mask(secret: str) -> str:
     return secret[:4] + "…" if len(secret) > 6 else "…"
 
@@ -432,7 +437,7 @@ def secrets_in_arg_env(ctx: Context) -> Iterator[Hit]:
         else:
             continue
         for name, value in pairs:
-            if secret_name(name):
+            if secret_name(name) and not _flag_value(value):
                 yield Hit(ins.line, f"{ins.keyword} {name} looks like a secret and is stored in the image")
                 continue
             if value:
@@ -576,7 +581,7 @@ def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | No
         m = _EXTENSION_REPOS.search(where.rsplit("/", 1)[-1]) if where else None
         if m:
             return m.group(1).lower()
-        return "setup.py build" if _cuda_signal(env, inst) else None
+        return f"the setup.py build in {where or 'the working directory'}" if _cuda_signal(env, inst) else None
     if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "wheel"):
         return None
     no_binary = " ".join(inst.values("--no-binary"))
@@ -828,7 +833,8 @@ def arch_list_definitions(ctx: Context) -> Iterator[ArchListDef]:
         for w in words:
             pair = split_assignment(w.text)
             if pair and pair[0] == "TORCH_CUDA_ARCH_LIST" and "$" not in pair[1]:
-                yield ArchListDef(cmd.line, pair[1], "shell")
+                line = cmd.snippet.file_line(w.index) if cmd.snippet is not None else cmd.line
+                yield ArchListDef(line, pair[1], "shell")
 
 
 @rule(
@@ -856,13 +862,20 @@ def arch_list_ptx(ctx: Context) -> Iterator[Hit]:
         items = expand_arch_list(d.value)
         if any(i not in VALID_ARCH_STRINGS for i in items):
             continue  # KL018 reports it
-        if any(i.endswith("+PTX") for i in items):
+        # PTX of an arch-specific target (9.0a+PTX = compute_90a) runs only on that exact GPU
+        if any(i.endswith("+PTX") and not i[:-4].endswith("a") for i in items):
             continue
         newest = max(items, key=_arch_key)
-        fixed = ";".join(i + "+PTX" if i == newest else i for i in items)
+        plain = newest[:-4] if newest.endswith("+PTX") else newest
+        plain = plain.rstrip("a")
+        if plain in items:
+            fixed = ";".join(i + "+PTX" if i == plain else i for i in items)
+        else:
+            fixed = ";".join([*items, plain + "+PTX"])
         yield Hit(
             d.line,
-            f"TORCH_CUDA_ARCH_LIST={d.value!r} has no PTX: GPUs newer than {newest} cannot run these kernels",
+            f"TORCH_CUDA_ARCH_LIST={d.value!r} has no forward-compatible PTX: GPUs newer than {plain} "
+            "cannot run these kernels",
             fix=f'TORCH_CUDA_ARCH_LIST="{fixed}"',
         )
 
