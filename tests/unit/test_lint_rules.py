@@ -199,3 +199,21 @@ def test_arch_list_table_matches_installed_torch() -> None:
         assert f"'{arch}'" in func, arch
     for named, value in NAMED_ARCHES:
         assert f"('{named}', '{value}')" in func, named
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
+def test_kl014_claim_holds_in_a_real_shell(shell: str) -> None:
+    """What KL014 says happens is what sh/bash (RUN's /bin/sh -c) really do with the fixture's line."""
+    import shutil
+    import subprocess
+
+    if not shutil.which(shell):
+        pytest.skip(f"{shell} not present")
+    cut = 'export TORCH_CUDA_ARCH_LIST=8.0;9.0+PTX && echo "$TORCH_CUDA_ARCH_LIST"'
+    assert [f.rule for f in lint_text(f"FROM python:3.11-slim-bookworm\nRUN {cut}\nUSER 1000\n")] == ["KL014"]
+    got = subprocess.run([shell, "-c", cut + '; echo "after=$TORCH_CUDA_ARCH_LIST"'], capture_output=True, text=True)
+    assert "not found" in got.stderr and "after=8.0" in got.stdout  # 9.0+PTX ran as a command
+    quoted = cut.replace("=8.0;9.0+PTX", '="8.0;9.0+PTX"')
+    assert lint_text(f"FROM python:3.11-slim-bookworm\nRUN {quoted}\nUSER 1000\n") == []
+    ok = subprocess.run([shell, "-c", quoted], capture_output=True, text=True, check=True)
+    assert ok.stdout.strip() == "8.0;9.0+PTX"

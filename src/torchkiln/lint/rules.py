@@ -973,9 +973,10 @@ _LIST_ITEM = re.compile(r"^(\d+(\.\d+)?[af]?(\+PTX)?|sm_\d+[af]?|compute_\d+)$",
     "An unquoted ';' list in a shell assignment",
     why=(
         "In a shell, ';' ends a command: `export TORCH_CUDA_ARCH_LIST=8.0;9.0` sets the variable to "
-        "8.0 and then tries to run a command named 9.0. The build silently compiles for one "
-        "architecture (the error scrolls by, or is hidden by `|| true`). Dockerfile ENV is not a "
-        "shell and is fine; RUN lines, scripts and Apptainer %post/%environment are shells."
+        "8.0 and then runs a command named 9.0 ('not found'). Where that error is not fatal "
+        "(Apptainer %environment, a script without `set -e`, a later `;` or `|| true`) the build goes "
+        "on and compiles for the first architecture only. Dockerfile ENV is not a shell and is fine; "
+        "RUN lines, scripts and Apptainer %post/%environment are shells."
     ),
     source="GNU Bash manual, 'Lists of Commands'; observed in hpccm's rendered Singularity recipes",
     fix='Quote the value: export TORCH_CUDA_ARCH_LIST="8.0;9.0".',
