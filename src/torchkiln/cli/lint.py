@@ -25,14 +25,20 @@ def lint_cmd(
     paths: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="Dockerfiles, shell scripts, or folders to search for them; '-' reads a Dockerfile from stdin.",
+            help=(
+                "Dockerfiles, shell scripts, Apptainer definitions, or folders to search for them; "
+                "'-' reads a Dockerfile from stdin."
+            ),
             show_default=False,
         ),
     ] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = "text",
     fail_on: Annotated[
         FailOn | None,
-        typer.Option("--fail-on", help="Exit 1 when a finding has this severity or higher [default: warning]."),
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when a finding has this severity or higher (default: warning, or the config's fail-on).",
+        ),
     ] = None,
     config_file: Annotated[
         Path | None,
