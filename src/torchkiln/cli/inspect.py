@@ -182,7 +182,7 @@ def _print_binaries(binaries: list[BinaryReport], targets: tuple[Target, ...]) -
         cells = []
         for tg in targets:
             r = by_target.get(tg.key)
-            cell = _mark(r is not None and r.runs)
+            cell = _mark(r is not None and r.runs) if r is None or r.how != "no-kernels" else "[dim]–[/dim]"
             if r is not None and r.how == "ptx-jit":
                 cell += " jit"
             if r is not None and r.embedded:
@@ -192,6 +192,10 @@ def _print_binaries(binaries: list[BinaryReport], targets: tuple[Target, ...]) -
         entries = f"{len(b.device_entries)}" + (f" ({compressed} compressed)" if compressed else "")
         t.add_row(escape(b.path), escape(b.package or ""), entries, _archs(b.archs, 16), *cells)
     console.print(t)
+    if any(r.how == "no-kernels" for b in binaries for r in b.coverage):
+        console.print(
+            "[dim]– no image, but the device code holds no kernels (a device-link stub): nothing to fail.[/dim]"
+        )
     if any(r.embedded for b in binaries for r in b.coverage):
         console.print(
             "[dim]* from fat binaries the library keeps in its own data sections and loads itself"

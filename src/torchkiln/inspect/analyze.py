@@ -34,6 +34,7 @@ from torchkiln.inspect.fatbin import (
     read_fatbins,
 )
 from torchkiln.inspect.image import ImageArchive, is_tar
+from torchkiln.inspect.kernels import has_kernels
 from torchkiln.inspect.report import (
     ELF_TYPES,
     BinaryReport,
@@ -138,16 +139,27 @@ class _Read:
     listing: FatbinListing | None
     embedded: tuple[FatbinEntry, ...] = ()
     error: str | None = None
+    #: False when no container holds a kernel (nvcc's device-link stub only)
+    kernels: bool = True
 
 
-def _read_elf(f: BinaryFile, targets: Sequence[Target], *, all_sections: bool) -> _Read:
-    """List a file's fat binaries; when they leave a target uncovered, also look for embedded ones."""
-    try:
-        listing = read_fatbins(f, all_sections=all_sections)
-        embedded: tuple[FatbinEntry, ...] = ()
-        if listing.entries and listing.method == "sections" and needs_embedded(listing.entries, targets):
+def _read_elf(f: BinaryFile | Path, targets: Sequence[Target], *, all_sections: bool) -> _Read:
+    """List a file's fat binaries. When they leave a target uncovered, look further before saying so:
+    for fat binaries embedded in other sections, then whether there are kernels at all."""
+    listing = read_fatbins(f, all_sections=all_sections)
+    embedded: tuple[FatbinEntry, ...] = ()
+    kernels = True
+    if listing.entries and needs_embedded(listing.entries, targets):
+        if listing.method == "sections":
             embedded = read_embedded(f)
-        return _Read(listing, embedded)
+        if any(not r.runs for r in binary_coverage(listing.entries, targets, embedded)):
+            kernels = has_kernels(f, listing.entries + embedded)
+    return _Read(listing, embedded, kernels=kernels)
+
+
+def _try_read_elf(f: BinaryFile, targets: Sequence[Target], *, all_sections: bool) -> _Read:
+    try:
+        return _read_elf(f, targets, all_sections=all_sections)
     except FatbinError as e:
         return _Read(None, error=str(e))
 
@@ -167,7 +179,7 @@ def _binary(
         size=size,
         entries=entries,
         embedded=read.embedded,
-        coverage=binary_coverage(entries, targets, read.embedded) if entries else (),
+        coverage=binary_coverage(entries, targets, read.embedded, kernels=read.kernels) if entries else (),
         package=owner[0] if owner else None,
         version=owner[1] if owner else None,
         layer=layer,
@@ -216,10 +228,7 @@ def inspect_binary(path: Path, targets: Sequence[Target], *, all_sections: bool 
     t0 = time.perf_counter()
     try:
         size = path.stat().st_size
-        listing = read_fatbins(path, all_sections=all_sections)
-        embedded: tuple[FatbinEntry, ...] = ()
-        if listing.entries and listing.method == "sections" and needs_embedded(listing.entries, targets):
-            embedded = read_embedded(path)
+        read = _read_elf(path, targets, all_sections=all_sections)
     except NotElfError:
         raise InputError(
             f"{path} is not an ELF file (not a shared object, executable or object file).", hint=_HINT_KINDS
@@ -228,8 +237,8 @@ def inspect_binary(path: Path, targets: Sequence[Target], *, all_sections: bool 
         raise InputError(f"{path} is a damaged ELF file: {e}.", hint="The file is truncated or corrupt.") from None
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}.") from None
-    binaries = [_binary(str(path), size, _Read(listing, embedded), targets, None, None)]
-    notes = [] if listing.entries else [f"{path.name} contains no CUDA device code."]
+    binaries = [_binary(str(path), size, read, targets, None, None)]
+    notes = [] if read.listing and read.listing.entries else [f"{path.name} contains no CUDA device code."]
     stats = ScanStats(files=1, elf_files=1, bytes_read=0, seconds=time.perf_counter() - t0)
     return _finish("binary", str(path), targets, binaries, stats, notes=notes)
 
@@ -265,7 +274,7 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
                         nbytes += info.file_size
                         read_s += time.perf_counter() - t
                         spool.seek(0)
-                        read = _read_elf(spool, targets, all_sections=all_sections)
+                        read = _try_read_elf(spool, targets, all_sections=all_sections)
                 if read.listing is not None and not read.listing.entries:
                     continue
                 owner = (name, version) if name else None
@@ -328,7 +337,7 @@ def inspect_image_archive(
                 elf_files += 1
                 f = m.open_random()
                 try:
-                    read = _read_elf(f, targets, all_sections=all_sections)
+                    read = _try_read_elf(f, targets, all_sections=all_sections)
                 finally:
                     if not isinstance(f, RangeFile):
                         f.close()  # type: ignore[attr-defined]

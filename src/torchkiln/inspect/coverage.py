@@ -22,7 +22,9 @@ from torchkiln.inspect.fatbin import FatbinEntry
 if TYPE_CHECKING:
     from torchkiln.knowledge import Knowledge
 
-How = Literal["sass", "sass-compatible", "ptx-jit", "none"]
+#: "no-kernels": the binary's device code holds no kernels (nvcc's device-link stub only), so
+#: nothing can fail with "no kernel image" whatever the GPU
+How = Literal["sass", "sass-compatible", "ptx-jit", "none", "no-kernels"]
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,17 @@ def _result(target: Target, archs: Sequence[ArchEntry], embedded: bool) -> Targe
 
 
 def binary_coverage(
-    entries: Iterable[FatbinEntry], targets: Sequence[Target], embedded: Iterable[FatbinEntry] = ()
+    entries: Iterable[FatbinEntry],
+    targets: Sequence[Target],
+    embedded: Iterable[FatbinEntry] = (),
+    *,
+    kernels: bool = True,
 ) -> tuple[TargetResult, ...]:
     """For each target, the entry a device of that capability would use, or none.
 
     ``embedded`` entries (fat binaries a library loads itself, see ``fatbin.read_embedded``) count
     only for targets the regular entries leave uncovered; such results are marked ``embedded``.
+    With ``kernels=False`` (see ``kernels.has_kernels``) a target without an image is "no-kernels".
     """
     archs = sorted(arch_entries(entries))
     extra = sorted(set(arch_entries(embedded)) | set(archs))
@@ -95,6 +102,8 @@ def binary_coverage(
         r = _result(t, archs, False)
         if not r.runs and extra != archs:
             r = _result(t, extra, True)
+        if not r.runs and not kernels:
+            r = TargetResult(t, None, "no-kernels")
         results.append(r)
     return tuple(results)
 

@@ -93,6 +93,7 @@ __all__ = [
     "FatbinError",
     "FatbinListing",
     "NotElfError",
+    "Opened",
     "cuobjdump_lines",
     "elf_sections",
     "list_entries",
@@ -454,8 +455,8 @@ def elf_sections(read_at: ReadAt, size: int) -> list[ElfSection] | None:
     return out
 
 
-class _Opened:
-    """A source turned into (read_at, size), closing what it opened."""
+class Opened:
+    """A source turned into ``read_at(offset, n)`` and ``size``; ``close()`` closes what it opened."""
 
     def __init__(self, source: Source) -> None:
         self._close: IO[bytes] | None = None
@@ -501,7 +502,7 @@ def read_fatbins(source: Source, *, all_sections: bool = False) -> FatbinListing
     ``.nv_fatbin``); with ``all_sections`` both, like ``cuobjdump -all``. Raises NotElfError for a
     file that is not ELF and FatbinError for a corrupt or truncated one.
     """
-    src = _Opened(source)
+    src = Opened(source)
     try:
         e_type, machine = _elf_header(src.read_at(0, 64))
         table = elf_sections(src.read_at, src.size)
@@ -547,7 +548,7 @@ def read_embedded(source: Source) -> tuple[FatbinEntry, ...]:
     stripped file already includes everything). This reads whole sections, so call it only when
     the regular listing leaves a question open.
     """
-    src = _Opened(source)
+    src = Opened(source)
     try:
         _elf_header(src.read_at(0, 64))
         table = elf_sections(src.read_at, src.size)
