@@ -408,3 +408,15 @@ def test_cli_embedded_kernels_are_found_and_marked(capsys: pytest.CaptureFixture
     assert b["coverage"]["7.5"]["embedded"] is False
     code, out, _ = run_cli(capsys, str(FIXTURES / "embedded.so"), "-t", "H100")
     assert "(in .kernels)" in out and "loads itself" in out
+
+
+def test_damaged_elf_inside_an_image_is_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layers = [Layer({"usr/lib/libcut.so": MULTI[:30000], "usr/lib/libk.so": MULTI})]
+    path = docker_archive(tmp_path / "img.tar", layers)
+    report = inspect_path(path, TARGETS)
+    errors = {b.path: b.error for b in report.binaries if b.error}
+    assert list(errors) == ["/usr/lib/libcut.so"] and "truncated" in (errors["/usr/lib/libcut.so"] or "")
+    assert [b.path for b in report.binaries if b.entries] == ["/usr/lib/libk.so"]
+    assert report.to_dict()["summary"]["errors"] == 1  # type: ignore[index]
+    code, out, _ = run_cli(capsys, str(path), "-t", "H100")
+    assert code == 0 and "unreadable ELF file" in out
