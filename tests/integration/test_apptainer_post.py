@@ -127,8 +127,13 @@ def emulate_files(ctx: Path, root: Path, p: BuildPlan) -> None:
 def post_rootfs(bookworm_rootfs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """The bookworm root after the rendered %post ran in it: (root, render folder, %post output)."""
     sources = _pip_sources()
-    base = tmp_path_factory.mktemp("apptainer-post")
+    # one fixed folder per session: test_sif.py imports this fixture, and must not run %post again
+    base = tmp_path_factory.getbasetemp() / "apptainer-post"
     root, ctx = base / "rootfs", base / "ctx"
+    if (base / "post.log").exists():
+        return root, ctx, (base / "post.log").read_text()
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
     subprocess.run(["cp", "-a", str(bookworm_rootfs), str(root)], check=True)
     (root / ".kiln-ready").unlink()
     p = plan()
@@ -144,6 +149,7 @@ def post_rootfs(bookworm_rootfs: Path, tmp_path_factory: pytest.TempPathFactory)
     (root / ".post.script").unlink()
     out = r.stdout + r.stderr
     assert r.returncode == 0, f"%post failed:\n{out[-4000:]}"
+    (base / "post.log").write_text(out)
     return root, ctx, out
 
 
