@@ -191,7 +191,7 @@ class Engine(ABC):
         timeout: float | None = None,
     ) -> Completed:
         """Run ``argv`` in a fresh container of ``image`` (removed afterwards)."""
-        cmd = [self.info.binary, "run", "--rm"]
+        cmd = [self.info.binary, "run", "--rm", *self._run_flags()]
         if interactive:
             cmd.append("-i")
         if passthrough and interactive and _stdin_is_tty():
@@ -288,6 +288,10 @@ class Engine(ABC):
         return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
     # -- engine specifics ----------------------------------------------------------------------
+    def _run_flags(self) -> list[str]:
+        """Extra flags for every ``run`` (none by default)."""
+        return []
+
     @abstractmethod
     def _gpu_flags(self) -> list[str]: ...
 

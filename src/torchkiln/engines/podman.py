@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -20,8 +22,48 @@ MIN_VERSION = Version("4.0")
 INSTALL_HINT = "Install podman 4 or newer (Debian/Ubuntu: `apt-get install podman`), or use docker."
 
 
+CAP_SYS_RESOURCE = 24
+
+
+def needs_explicit_ulimits(status: Path = Path("/proc/self/status")) -> bool:
+    """Rootful podman without CAP_SYS_RESOURCE cannot start containers with its default ulimits.
+
+    Rootful podman asks the OCI runtime for RLIMIT_NOFILE and RLIMIT_NPROC of 1048576 unless told
+    otherwise; raising a hard limit needs CAP_SYS_RESOURCE, which some VMs and nested containers
+    drop, and then every ``podman run`` fails with "error setting rlimit type 7: operation not
+    permitted" (containers/podman#7510, #17358). ``podman build`` is not affected.
+    """
+    if os.geteuid() != 0:
+        return False  # rootless podman already uses the caller's limits
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return not (int(line.split()[1], 16) >> CAP_SYS_RESOURCE) & 1
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def _safe_ulimits() -> dict[str, tuple[int, int]]:
+    """This process's own NOFILE limits, and NPROC no larger than ``kernel.pid_max`` (the value the
+    runtime's init inherits where we measured it)."""
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 32768
+    cap = [pid_max if v == resource.RLIM_INFINITY else min(v, pid_max) for v in nproc]
+    files = [1048576 if v == resource.RLIM_INFINITY else v for v in nofile]
+    return {"nofile": (files[0], files[1]), "nproc": (cap[0], cap[1])}
+
+
 class PodmanEngine(Engine):
     name: EngineName = "podman"
+
+    def __init__(self, info: EngineInfo, runner: Runner) -> None:
+        super().__init__(info, runner)
+        self._ulimits: dict[str, tuple[int, int]] | None = None
 
     def build_command(
         self,
@@ -76,6 +118,15 @@ class PodmanEngine(Engine):
                 raise build_failure("podman", parser.failed, result)
             image_id = iid.read_text().strip() if iid.exists() else ""
         return BuildOutcome(image_id=image_id, seconds=result.seconds, steps=parser.steps)
+
+    def _run_flags(self) -> list[str]:
+        """Explicit ulimits where podman's defaults cannot be applied (see ``needs_explicit_ulimits``)."""
+        if self._ulimits is None:
+            self._ulimits = _safe_ulimits() if needs_explicit_ulimits() else {}
+        flags: list[str] = []
+        for name, (soft, hard) in self._ulimits.items():
+            flags += ["--ulimit", f"{name}={soft}:{hard}"]
+        return flags
 
     def _gpu_flags(self) -> list[str]:
         # the Container Device Interface name that nvidia-ctk generates

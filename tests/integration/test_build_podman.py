@@ -1,0 +1,41 @@
+"""The same CPU example built with podman (buildah): same Dockerfile, secrets, cache mounts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchkiln.engines import Engine
+from torchkiln.engines.pipeline import BuildOptions, build_image
+
+pytestmark = [pytest.mark.engine, pytest.mark.podman, pytest.mark.slow]
+
+
+def test_cpu_example_builds_and_runs_with_podman(
+    podman_engine: Engine, podman_base: str, mirror: Any, example_copy: Any, tmp_path: Path
+) -> None:
+    if not mirror.has("torch", "2.13.0+cpu"):
+        pytest.skip("the configured mirror has no CPU torch 2.13.0 wheel")
+    spec = example_copy(tmp_path / "spec")
+    tag = "localhost/kiln-test/example-cpu:podman"
+    options = BuildOptions(base=podman_base, tag=tag, context_dir=tmp_path / "context", flags=mirror.layer)
+    summary = build_image(spec, podman_engine, options, env={})
+    assert summary.engine["name"] == "podman"
+    assert {s.name for s in summary.stages} >= {"torch", "runtime"}
+    r = podman_engine.run(tag, ["python", "-c", "import torch, six; print(torch.__version__)"], check=False)
+    assert r.returncode == 0, r.output
+    assert r.stdout.strip().splitlines()[-1] == "2.13.0+cpu"
+    uid = podman_engine.run(tag, ["id", "-u"], check=False)
+    assert uid.stdout.strip() not in ("", "0")
+
+    # an app edit: podman's layer cache keeps the torch step
+    app = spec.parent / "apps" / "cpu_app.py"
+    app.write_text(app.read_text() + "\nprint('edited')\n")
+    again = build_image(spec, podman_engine, options, env={})
+    torch_run = [s for s in again.steps if s.stage == "torch" and s.name.startswith("RUN")]
+    assert torch_run and torch_run[0].status == "cached"
+    # buildah commits a layer per instruction: the app COPY and the USER and CMD after it rerun
+    assert again.cache_misses <= 3
+    podman_engine.remove_image(tag)
