@@ -474,10 +474,17 @@ def _http_probe(url: str, context: ssl.SSLContext) -> None:
 
 def check_reachable(urls: Sequence[str], ca_bundle: Path | None, probe: Probe = _http_probe) -> None:
     """Raise ``SourceError`` for the first http(s) URL this machine cannot reach."""
-    context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
-    for url in urls:
-        if not url.startswith(("http://", "https://")):
-            continue
+    remote = [u for u in urls if u.startswith(("http://", "https://"))]
+    if not remote:
+        return
+    try:
+        context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+    except ssl.SSLError as e:
+        raise SourceError(
+            f"CA bundle {ca_bundle} cannot be loaded ({e.reason or e}).",
+            hint="Give a PEM file of CA certificates (BEGIN CERTIFICATE blocks), e.g. your proxy's root CA.",
+        ) from None
+    for url in remote:
         try:
             probe(url, context)
         except (urllib.error.URLError, OSError, ssl.SSLError) as e:

@@ -1,0 +1,63 @@
+"""The pure parts of `kiln build`: image references, stage summaries, cache counts, context folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchkiln.engines.base import StepRecord
+from torchkiln.engines.pipeline import cache_counts, default_context_dir, image_ref, load_plan, summarize_stages
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _step(step: str, stage: str, name: str, status: str, secs: float | None) -> StepRecord:
+    return StepRecord(step, stage, name, status, secs)  # type: ignore[arg-type]
+
+
+STEPS = (
+    _step("#1", "internal", "load build definition", "done", 0.1),
+    _step("#4", "base", "FROM docker.io/library/kiln-base:bookworm", "done", 0.0),
+    _step("#5", "runtime", "RUN useradd kiln", "cached", 0.0),
+    _step("#7", "torch", "RUN uv pip install torch", "done", 41.5),
+    _step("#8", "runtime", "COPY --from=torch /opt/venv /opt/venv", "done", 9.0),
+    _step("#9", "runtime", "COPY apps/cpu_app.py /workspace/apps/cpu_app.py", "done", 0.1),
+    _step("#10", "export", "exporting to image", "done", 6.1),
+)
+
+
+def test_summarize_stages_in_order_of_appearance() -> None:
+    stages = summarize_stages(STEPS)
+    assert [(s.name, round(s.seconds, 1), s.steps, s.cached) for s in stages] == [
+        ("base", 0.0, 1, 0),
+        ("runtime", 9.1, 3, 1),
+        ("torch", 41.5, 1, 0),
+    ]
+
+
+def test_cache_counts_leave_out_from_and_internal_steps() -> None:
+    assert cache_counts(STEPS) == (1, 3)
+
+
+def test_image_ref() -> None:
+    plan, _ = load_plan(ROOT / "examples" / "cpu.toml")
+    assert image_ref(plan, "runtime") == "torchkiln/example-cpu:latest"
+    assert image_ref(plan, "dev") == "torchkiln/example-cpu:latest-dev"
+    assert image_ref(plan, "dev", "x/y:z") == "x/y:z"
+
+
+def test_load_plan_applies_the_base_override() -> None:
+    plan, spec_dir = load_plan(ROOT / "examples" / "cpu.toml", base="kiln-base:bookworm")
+    assert plan.base_image == "kiln-base:bookworm"
+    assert spec_dir == (ROOT / "examples").resolve()
+
+
+def test_context_dir_is_stable_per_spec_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    plan, spec_dir = load_plan(ROOT / "examples" / "cpu.toml")
+    a = default_context_dir(plan, spec_dir)
+    assert a == default_context_dir(plan, spec_dir)
+    assert a.parent == tmp_path / "contexts"
+    assert a.name.startswith("torchkiln-example-cpu-")
+    assert default_context_dir(plan, tmp_path) != a
