@@ -47,7 +47,6 @@ from typing import Any, Literal
 from torchkiln import __version__
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
-from torchkiln.render import extensions as ext
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
@@ -301,11 +300,28 @@ def _comment(text: str) -> str:
     return f"# {text}"
 
 
+def _compiled(plan: BuildPlan) -> tuple[ExtensionPlan, ...]:
+    return tuple(e for e in plan.extensions if e.build == "source")
+
+
+def _prebuilt(plan: BuildPlan) -> tuple[ExtensionPlan, ...]:
+    return tuple(e for e in plan.extensions if e.build == "prebuilt")
+
+
+def _builder_files(plan: BuildPlan) -> dict[str, str]:
+    """``.kiln/ext/build.sh``: the builder helpers the Dockerfile's stages use (kiln_jobs, kiln_cuda_home, ...)."""
+    if not _compiled(plan):
+        return {}
+    from torchkiln.render import extensions  # the Dockerfile's builder stages; needed only when compiling
+
+    return extensions.context_files(plan)
+
+
 def _build_tools(plan: BuildPlan) -> list[str]:
     """Compilers for the extension stage that the spec does not ask to keep (removed after it)."""
-    if not ext.compiled(plan):
+    if not _compiled(plan):
         return []
-    tools = ["build-essential"] + (["git"] if any(e.git for e in ext.compiled(plan)) else [])
+    tools = ["build-essential"] + (["git"] if any(e.git for e in _compiled(plan)) else [])
     return [t for t in tools if t not in plan.apt_packages]
 
 
@@ -402,7 +418,7 @@ def _extension_target(e: ExtensionPlan, sources: dict[str, str]) -> str:
 
 
 def post_extensions(plan: BuildPlan) -> list[str]:
-    compiled, prebuilt = ext.compiled(plan), ext.prebuilt(plan)
+    compiled, prebuilt = _compiled(plan), _prebuilt(plan)
     if not compiled and not prebuilt:
         return []
     lines = [
@@ -577,7 +593,7 @@ def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) ->
         ".kiln/verify/spec.json": json.dumps(verify_spec(plan), indent=2, sort_keys=True) + "\n",
         ".kiln/wheels/.keep": "",
         ".kiln/secrets/.keep": "",
-        **ext.context_files(plan),  # .kiln/ext/build.sh: the builder helpers (kiln_jobs, kiln_cuda_home, ...)
+        **_builder_files(plan),
     }
     return dict(sorted(files.items()))
 
