@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -66,27 +67,44 @@ def test_render_is_byte_identical_twice(path: Path) -> None:
     assert apptainer_files(_plan(path)) == apptainer_files(_plan(path))
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_every_scriptlet_passes_bash_and_sh_syntax_checks(path: Path, tmp_path: Path) -> None:
-    parts = scriptlets(render_apptainer(_plan(path)))
-    assert set(parts) <= VALID_SECTIONS
+#: a local CUDA extension on cu130 (compiler from NVIDIA's wheels: one stage)
+LOCAL_EXT = {"torch": {"version": "2.14.1", "cuda": "13.0"}, "gpu": {"targets": ["A100", "H100"]},
+             "extensions": [{"name": "my-op", "path": "ext/my_op", "env": {"MY_ARCHS": "80;90", "NOTE": "a b"}}]}
+#: flash-attn on cu124 over NVIDIA's runtime image (compiled on its devel sibling: two stages)
+DEVEL_EXT = {"python": {"version": "3.10"}, "torch": {"version": "2.5.1", "cuda": "12.4"},
+             "gpu": {"targets": ["A100", "H100"]}, "extensions": [{"name": "flash-attn", "version": "2.7.4.post1"}],
+             "base": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "python": "apt"}}
+
+
+def _all_plans() -> list[BuildPlan]:
+    return [_plan(p) for p in EXAMPLES] + [_plan_of(**LOCAL_EXT), _plan_of(**DEVEL_EXT)]
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES) + 2))
+def test_every_scriptlet_passes_bash_and_sh_syntax_checks(index: int, tmp_path: Path) -> None:
+    parts = scriptlets(render_apptainer(_all_plans()[index]))
+    assert {k.rsplit("/", 1)[-1].split()[0] for k in parts} <= VALID_SECTIONS
     assert set(SHELL_SECTIONS) <= set(parts)
     shells = [s for s in ("bash", "dash") if shutil.which(s)]
     assert "bash" in shells
-    for name in SHELL_SECTIONS:
-        script = tmp_path / f"{name}.sh"
+    for name in [k for k in parts if k.rsplit("/", 1)[-1] in SHELL_SECTIONS]:
+        script = tmp_path / "script.sh"
         script.write_text(parts[name])
         for sh in shells:  # apptainer runs these with /bin/sh: dash on Debian, bash elsewhere
             r = subprocess.run([sh, "-n", str(script)], capture_output=True, text=True)
             assert r.returncode == 0, f"{sh} -n %{name}: {r.stderr}"
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_header_and_sections_follow_apptainers_parser_rules(path: Path) -> None:
-    text = render_apptainer(_plan(path))
-    head = text.split("\n%", 1)[0]
-    keys = [ln.split(":", 1)[0].lower() for ln in head.splitlines() if ln.strip() and not ln.startswith("#")]
-    assert keys == ["bootstrap", "from"]
+@pytest.mark.parametrize("index", range(len(EXAMPLES) + 2))
+def test_header_and_sections_follow_apptainers_parser_rules(index: int) -> None:
+    text = render_apptainer(_all_plans()[index])
+    stages = re.split(r"(?m)^(?=Bootstrap:)", text)[1:]
+    assert len(stages) in (1, 2)
+    for stage in stages:
+        head = stage.split("\n%", 1)[0]
+        keys = [ln.split(":", 1)[0].lower().strip() for ln in head.splitlines() if ln.strip() and
+                not ln.startswith("#")]
+        assert keys == (["bootstrap", "from"] if len(stages) == 1 else ["bootstrap", "from", "stage"]), keys
     assert "{{" not in text  # build-argument syntax
     for name, body in scriptlets(text).items():
         for line in body.splitlines():
@@ -96,18 +114,38 @@ def test_header_and_sections_follow_apptainers_parser_rules(path: Path) -> None:
 
 
 def test_post_stages_run_in_order_with_constraints_and_no_build_isolation() -> None:
-    post = scriptlets(render_apptainer(_plan(ROOT / "examples" / "flash-attn.toml")))["post"]
+    post = scriptlets(render_apptainer(_plan_of(**LOCAL_EXT)))["post"]
     order = [post.index(s) for s in (
-        "apt-get install", "uv venv --python python3.11 /opt/venv", "-r /kiln/requirements-torch.txt",
-        "pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt",
-        "export TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'", "--no-build-isolation -c /etc/pip/constraint.txt flash-attn==",
-        "apt-get purge", "rm -rf /kiln")]
+        "apt-get install -y --no-install-recommends build-essential", "uv venv --python python3.11 /opt/venv",
+        "-r /kiln/requirements-torch.txt", "pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt",
+        "kiln_cuda_home /kiln/cuda", "kiln_check_nvcc 13.0", "export TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'",
+        "--no-build-isolation -c /etc/pip/constraint.txt /kiln/src/0", "apt-get purge", "rm -rf /kiln")]
     assert order == sorted(order)
-    assert "FLASH_ATTN_CUDA_ARCHS='80;90'" in post and "FLASH_ATTENTION_FORCE_BUILD=TRUE" in post
+    assert "export MY_ARCHS='80;90'" in post and "export NOTE='a b'" in post
     assert post.startswith("set -eu\n")
     pkgs = scriptlets(render_apptainer(_plan(ROOT / "examples" / "cu124-a100.toml")))["post"]
     assert "-c /etc/pip/constraint.txt -r /kiln/requirements.txt" in pkgs
     assert "libgl1" in pkgs and "build-essential" not in pkgs  # compilers only when extensions are built
+
+
+def test_extensions_on_a_runtime_base_compile_in_a_builder_stage_on_its_devel_sibling() -> None:
+    plan = _plan_of(**DEVEL_EXT)
+    text = render_apptainer(plan)
+    assert text.startswith("Bootstrap: docker\nFrom: nvidia/cuda:12.4.1-devel-ubuntu22.04\nStage: builder\n")
+    assert "\nBootstrap: docker\nFrom: nvidia/cuda:12.4.1-runtime-ubuntu22.04\nStage: final\n" in text
+    parts = scriptlets(text)
+    assert "kiln_check_nvcc 12.4" in parts["builder/post"] and "flash-attn==2.7.4.post1" in parts["builder/post"]
+    assert parts["files from builder"].split() == ["/opt/venv", "/opt/venv", "/etc/pip/constraint.txt",
+                                                   "/etc/pip/constraint.txt"]
+    final = parts["post"]
+    assert "/kiln/bin/uv" not in final and "build-essential" not in final and "nvcc" not in final
+    assert "python3.10" in final  # the runtime base gets the same Python the venv points at
+    # offline: the builder image comes as a file too
+    with pytest.raises(InputError, match="needs that image as a file") as e:
+        render_apptainer(plan, ApptainerOptions("oci-archive", "runtime.tar"))
+    assert "--builder-from" in (e.value.hint or "")
+    off = render_apptainer(plan, ApptainerOptions("oci-archive", "runtime.tar", "devel.tar"))
+    assert off.startswith("Bootstrap: oci-archive\nFrom: devel.tar\nStage: builder\n")
 
 
 def _run_environment(plan: BuildPlan, tmp_path: Path, names: list[str]) -> dict[str, str]:
@@ -146,8 +184,7 @@ def test_environment_round_trips_arch_lists_paths_with_spaces_and_shell_characte
 
 
 def test_post_exports_of_the_arch_list_survive_bash(tmp_path: Path) -> None:
-    plan = _plan(ROOT / "examples" / "flash-attn.toml")
-    post = scriptlets(render_apptainer(plan))["post"]
+    post = scriptlets(render_apptainer(_plan_of(**LOCAL_EXT)))["post"]
     exports = [ln for ln in post.splitlines() if ln.startswith("export TORCH_CUDA_ARCH_LIST=")]
     assert exports
     r = subprocess.run(["bash", "-c", exports[0] + '\nprintf "%s" "$TORCH_CUDA_ARCH_LIST"'],

@@ -45,6 +45,11 @@ def render_cmd(
         typer.Option("--from", help="apptainer: the base image reference, or the archive / .sif path for "
                      "docker-archive, oci-archive and localimage (default: the plan's base image)."),
     ] = None,
+    builder_from: Annotated[
+        str | None,
+        typer.Option("--builder-from", help="apptainer: the compiling stage's base when extensions build on a "
+                     "CUDA devel image (default: the plan's toolchain image; a file for the file bootstraps)."),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Render the spec's multi-stage Dockerfile (runtime and dev targets) and its build context.
@@ -54,7 +59,7 @@ def render_cmd(
     """
     _spec, plan, spec_dir = load_plan(spec)
     if fmt == "apptainer":
-        _render_apptainer(plan, spec_dir, out, stdout, ApptainerOptions(bootstrap, from_), json)
+        _render_apptainer(plan, spec_dir, out, stdout, ApptainerOptions(bootstrap, from_, builder_from), json)
         return
     if stdout or out is None:
         if out is None and not stdout:

@@ -65,6 +65,8 @@ VERIFY_SCRIPT = f"{VERIFY_DIR}/checks.py"
 VERIFY_SPEC = f"{VERIFY_DIR}/spec.json"
 #: what ``checks.py`` exits with when no CUDA device is visible (torchkiln.errors.ExitCode.NO_GPU)
 NO_GPU_EXIT = 8
+#: the stage that compiles when the toolchain has an image of its own (two-stage definitions)
+BUILDER = "builder"
 #: the CUDA compiler wheels' venv and the CUDA_HOME made from them (both under /kiln: deleted after %post)
 TOOLCHAIN_VENV = f"{KILN}/toolchain"
 CUDA_HOME = f"{KILN}/cuda"
@@ -87,6 +89,21 @@ class ApptainerOptions:
 
     bootstrap: Bootstrap = "docker"
     source: str | None = None
+    #: the builder stage's base (two-stage definitions only): default the plan's toolchain image
+    builder_source: str | None = None
+
+    def builder_from_value(self, plan: BuildPlan) -> str:
+        image = _builder_image(plan)
+        value = self.builder_source
+        if value is None:
+            if self.bootstrap not in _REF_BOOTSTRAPS:
+                raise InputError(
+                    f"this plan compiles on {image}, and Bootstrap {self.bootstrap} needs that image as a file too.",
+                    hint=(f"Pass it with --builder-from (written by `kiln export {image} --format "
+                          f"{self.bootstrap if self.bootstrap != 'localimage' else 'sif'} -o builder.tar`)."),
+                )
+            value = image
+        return _from_checked(value)
 
     def from_value(self, plan: BuildPlan) -> str:
         if self.bootstrap not in BOOTSTRAPS:
@@ -105,12 +122,28 @@ class ApptainerOptions:
                     ),
                 )
             value = plan.base_image
-        if not value or any(c in value for c in "#\n\r") or value != value.strip():
-            raise InputError(
-                f"{value!r} cannot be a `From:` value of a definition file (it is empty or holds '#' or a line break).",
-                hint="Give an image reference or a file path without '#'.",
-            )
-        return value
+        return _from_checked(value)
+
+
+def _from_checked(value: str) -> str:
+    if not value or any(c in value for c in "#\n\r") or value != value.strip():
+        raise InputError(
+            f"{value!r} cannot be a `From:` value of a definition file (it is empty or holds '#' or a line break).",
+            hint="Give an image reference or a file path without '#'.",
+        )
+    return value
+
+
+def _builder_image(plan: BuildPlan) -> str:
+    """The toolchain's own image when extensions compile on a different base (a CUDA devel sibling)."""
+    tc = plan.toolchain
+    image = getattr(tc, "image", "") if tc is not None and tc.kind == "image" else ""
+    return image if image and image != plan.base_image and _compiled(plan) else ""
+
+
+def two_stage(plan: BuildPlan) -> bool:
+    """Compile in a builder stage on the toolchain image and copy the venv into the runtime stage."""
+    return bool(_builder_image(plan))
 
 
 # -- checks on values that reach the definition ------------------------------------------------------
@@ -178,13 +211,14 @@ def sif_name(plan: BuildPlan) -> str:
     return f"{_image_basename(plan)}_{plan.tag}.sif"
 
 
-def header(plan: BuildPlan, options: ApptainerOptions) -> list[str]:
+def header(plan: BuildPlan, options: ApptainerOptions, stage: str | None = None) -> list[str]:
     t = plan.torch
     cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
     targets = ", ".join(f"{x.name} ({x.capability})" for x in plan.targets) or "none"
     return [
         f"Bootstrap: {options.bootstrap}",
         f"From: {options.from_value(plan)}",
+        *([f"Stage: {stage}"] if stage else []),
         "",
         f"# Rendered by torchkiln {__version__} for {plan.image_ref}. Do not edit: change kiln.toml and re-render.",
         f"# torch {t.version} · {cuda} · Python {plan.python} · base {plan.base_image}",
@@ -260,15 +294,46 @@ def _extension_sources(plan: BuildPlan) -> list[tuple[ExtensionPlan, str]]:
     return [(e, f"{KILN}/src/{i}") for i, e in enumerate(plan.extensions) if e.path]
 
 
-def section_files(plan: BuildPlan) -> list[str]:
+def section_files(plan: BuildPlan, *, app: bool = True, sources: bool = True) -> list[str]:
     body = [f".kiln {KILN}"]
-    for item in plan.app.copy:
+    for item in plan.app.copy if app else ():
         rel = _files_path(item.rstrip("/"), "[app] copy entry")
         body.append(f"{rel} {KILN}/app/{rel}")
-    for e, dest in _extension_sources(plan):
+    for e, dest in _extension_sources(plan) if sources else ():
         assert e.path is not None
         body.append(f"{_files_path(e.path.rstrip('/'), f'extension {e.name} path')} {dest}")
     return _section("files", body)
+
+
+def builder_stage(plan: BuildPlan, options: ApptainerOptions) -> list[list[str]]:
+    """The builder stage of a two-stage definition: the whole venv, compiled on the toolchain image."""
+    head = [
+        f"Bootstrap: {options.bootstrap}",
+        f"From: {options.builder_from_value(plan)}",
+        f"Stage: {BUILDER}",
+        "",
+        f"# builder: torch, packages and extensions installed into {VENV} on {_builder_image(plan)}, which has the",
+        "# CUDA compiler; the final stage copies the venv and nothing else (the runtime base has no compiler)",
+    ]
+    post = [
+        "set -eu",
+        "",
+        *post_os(plan),
+        "",
+        *post_sources(),
+        "",
+        *post_venv(plan),
+        "",
+        *post_torch(plan),
+        *([""] + post_packages(plan) if plan.pip_packages else []),
+        "",
+        *post_extensions(plan, purge=False),
+    ]
+    return [head, section_files(plan, app=False), _section("post", post)]
+
+
+def section_files_from_builder() -> list[str]:
+    return _section("files", [f"{VENV} {VENV}", f"{CONSTRAINTS} {CONSTRAINTS}"], args=f"from {BUILDER}")
 
 
 def environment_pairs(plan: BuildPlan) -> list[tuple[str, str]]:
@@ -325,9 +390,9 @@ def _build_tools(plan: BuildPlan) -> list[str]:
     return [t for t in tools if t not in plan.apt_packages]
 
 
-def post_os(plan: BuildPlan) -> list[str]:
+def post_os(plan: BuildPlan, *, compilers: bool = True) -> list[str]:
     apt = list(plan.apt_packages)
-    tools = _build_tools(plan)
+    tools = _build_tools(plan) if compilers else []
     if not apt and not tools:
         return []
     pkgs = " ".join(shlex.quote(p) for p in [*apt, *tools])
@@ -417,7 +482,7 @@ def _extension_target(e: ExtensionPlan, sources: dict[str, str]) -> str:
     return _q(e.spec, f"extension {e.name}")
 
 
-def post_extensions(plan: BuildPlan) -> list[str]:
+def post_extensions(plan: BuildPlan, *, purge: bool = True) -> list[str]:
     compiled, prebuilt = _compiled(plan), _prebuilt(plan)
     if not compiled and not prebuilt:
         return []
@@ -454,7 +519,7 @@ def post_extensions(plan: BuildPlan) -> list[str]:
             _comment(f"{e.name}: the prebuilt wheel that matches this torch, CUDA, Python and C++ ABI exactly"),
             _install(f"-c {CONSTRAINTS} {_q(e.prebuilt, f'extension {e.name}')}"),
         ]
-    tools = _build_tools(plan)
+    tools = _build_tools(plan) if purge else []
     if tools:
         lines += [
             _comment("the compilers are not part of the runtime image"),
@@ -484,15 +549,18 @@ def post_app(plan: BuildPlan) -> list[str]:
 
 
 def section_post(plan: BuildPlan) -> list[str]:
-    stages = [
-        post_os(plan),
-        post_sources(),
-        post_venv(plan),
-        post_torch(plan),
-        post_packages(plan),
-        post_extensions(plan),
-        post_app(plan),
-    ]
+    if two_stage(plan):  # the venv comes from the builder stage: OS packages and the app only
+        stages = [post_os(plan, compilers=False), post_app(plan)]
+    else:
+        stages = [
+            post_os(plan),
+            post_sources(),
+            post_venv(plan),
+            post_torch(plan),
+            post_packages(plan),
+            post_extensions(plan),
+            post_app(plan),
+        ]
     body = ["set -eu"]
     for stage in stages:
         if stage:
@@ -532,11 +600,14 @@ def section_test(plan: BuildPlan) -> list[str]:
 def render_apptainer(plan: BuildPlan, options: ApptainerOptions | None = None) -> str:
     """The whole definition file for a plan."""
     options = options or ApptainerOptions()
+    staged = two_stage(plan)
     blocks = [
-        header(plan, options),
+        *(builder_stage(plan, options) if staged else []),
+        header(plan, options, "final" if staged else None),
         section_labels(plan),
         section_help(plan),
-        section_files(plan),
+        *([section_files_from_builder()] if staged else []),
+        section_files(plan, sources=not staged),
         section_environment(plan),
         section_post(plan),
         section_runscript(plan),
@@ -570,12 +641,24 @@ def verify_spec(plan: BuildPlan) -> dict[str, Any]:
 
 
 def scriptlets(text: str) -> dict[str, str]:
-    """The body of every section of a rendered definition (for ``bash -n`` and tests)."""
+    """The body of every section of a rendered definition (for ``bash -n`` and tests).
+
+    Keys are the section line without ``%`` (``post``, ``files from builder``); sections of a stage
+    other than the last are prefixed with its name (``builder/post``).
+    """
     out: dict[str, str] = {}
+    stages = [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.lower().startswith("stage:")]
+    stage = ""
     name: str | None = None
     for line in text.splitlines():
-        if line.startswith("%"):
-            name = line[1:].split()[0]
+        if line.lower().startswith("bootstrap:"):
+            name = None  # a new stage's header
+        elif line.lower().startswith("stage:"):
+            stage = line.split(":", 1)[1].strip()
+        elif line.startswith("%"):
+            name = line[1:].strip()
+            if stage and stages and stage != stages[-1]:
+                name = f"{stage}/{name}"
             out[name] = ""
         elif name is not None:
             out[name] += (line[len(INDENT):] if line.startswith(INDENT) else line) + "\n"
