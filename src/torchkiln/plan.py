@@ -20,6 +20,33 @@ class TargetPlan:
 
 
 @dataclass(frozen=True)
+class ToolchainPlan:
+    """The CUDA compiler of the builder stages (never of the runtime)."""
+
+    kind: Literal["wheels", "image"]  # NVIDIA's CUDA wheels from the package index, or the base image's own
+    cuda: str  # the toolkit's major.minor: always torch's
+    compiler: tuple[str, ...]  # requirements installed for kind "wheels" (empty for "image")
+    libraries: tuple[str, ...]  # what a torch source build links against (kind "wheels")
+    cuda_home: str  # "/usr/local/cuda"
+    apt: tuple[str, ...]  # host compiler and tools of the builder stages
+    source: str
+    image: str = ""  # the builder stages' own base (the devel sibling of an nvidia/cuda runtime base); "" = base
+
+
+@dataclass(frozen=True)
+class TorchBuildPlan:
+    """PyTorch compiled from source in a builder stage (``[torch] source = "git"``)."""
+
+    git: str
+    ref: str
+    version: str  # PYTORCH_BUILD_VERSION, e.g. "2.5.1+cu126"
+    env: tuple[tuple[str, str], ...]  # sorted build variables (USE_*, BUILD_TEST, CMAKE_*, TORCH_NVCC_FLAGS)
+    build_requires: tuple[str, ...]
+    memory_per_job_gib: int
+    source: str
+
+
+@dataclass(frozen=True)
 class TorchPlan:
     version: str  # "2.5.1"
     variant: str  # "cu124" or "cpu"
@@ -29,6 +56,7 @@ class TorchPlan:
     wheel_arch_list: str  # the arch list the official wheels were compiled for ("" for CPU)
     wheel_arch_source: str
     companions: tuple[str, ...]  # pinned requirements, e.g. ("torchvision==0.20.1",)
+    build: TorchBuildPlan | None = None  # set when torch is compiled from source
 
 
 @dataclass(frozen=True)
@@ -42,6 +70,21 @@ class ExtensionPlan:
     memory_per_job_gib: int
     notes: str
     source: str
+    version: str | None = None
+    git: str | None = None  # repository (with ``ref``) for packages built from git
+    ref: str | None = None
+    build: Literal["source", "prebuilt"] = "source"
+    prebuilt: str | None = None  # the requirement or URL of the exactly matching prebuilt wheel
+    build_requires: tuple[str, ...] = ()  # installed beside torch before a build without isolation
+
+    @property
+    def spec(self) -> str:
+        """What pip builds: a requirement, a git URL or (for a local tree) the path."""
+        if self.path is not None:
+            return self.path
+        if self.git is not None:
+            return f"{self.name} @ git+{self.git}@{self.ref}" if self.ref else f"{self.name} @ git+{self.git}"
+        return self.requirement or self.name
 
 
 @dataclass(frozen=True)
@@ -91,6 +134,7 @@ class BuildPlan:
     sources: SourcesPlan
     decisions: tuple[Decision, ...]
     warnings: tuple[str, ...]
+    toolchain: ToolchainPlan | None = None  # set when something is compiled in the build
 
     @property
     def image_ref(self) -> str:
@@ -124,6 +168,8 @@ class BuildPlan:
             "pip_packages": list(self.pip_packages),
             "apt_packages": list(self.apt_packages),
             "extensions": d["extensions"],
+            "toolchain": d["toolchain"],
+            "torch_build": d["torch"]["build"],
             "app": d["app"],
             "sources": d["sources"],
             "decisions": d["decisions"],

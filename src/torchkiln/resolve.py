@@ -8,15 +8,16 @@ would work instead (found by searching the knowledge base for the nearest combin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from torchkiln.arch import Capability, coverage, format_arch_list
+from torchkiln.arch import Capability, coverage, format_arch_list, parse_arch_list
 from torchkiln.errors import ResolveError
-from torchkiln.knowledge import Knowledge, TorchRelease, cuda_key
+from torchkiln.knowledge import Extension, Knowledge, TorchRelease, cuda_key
 from torchkiln.plan import (
     AppPlan,
     BuildPlan,
@@ -24,6 +25,8 @@ from torchkiln.plan import (
     ExtensionPlan,
     SourcesPlan,
     TargetPlan,
+    ToolchainPlan,
+    TorchBuildPlan,
     TorchPlan,
 )
 from torchkiln.spec import ExtensionSpec, Spec
@@ -114,8 +117,35 @@ def _cuda_options(spec: Spec, release: TorchRelease, version: str) -> list[str]:
     return [release.default_cuda, *rest]
 
 
+def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
+    """Why building this torch from source fails: the official wheels' variants and archs do not matter."""
+    problems: list[str] = []
+    py = spec.python.version
+    if py not in c.release.python:
+        problems.append(f"torch {c.version} does not support Python {py} (it supports {', '.join(c.release.python)})")
+    if kb.torch_source is None:
+        problems.append("the knowledge base has no recipe for building torch from source")
+    toolkit = kb.toolkit_max_target(c.cuda)
+    if toolkit is None:
+        problems.append(f"CUDA {c.cuda} is older than every toolkit torchkiln knows")
+    else:
+        lo, hi = toolkit
+        for t in targets:
+            if not lo <= t.capability <= hi:
+                problems.append(f"CUDA {c.cuda} cannot compile for {t.name} (compute capability {t.capability}; "
+                                f"it targets {lo} to {hi})")
+    floor, _ = kb.driver_floor(c.cuda)
+    if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(floor):
+        problems.append(
+            f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver {spec.gpu.min_driver}"
+        )
+    return problems
+
+
 def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
     """Why this candidate fails (empty = it works)."""
+    if spec.torch.source == "git" and c.cuda != "cpu":
+        return _source_problems(c, spec, targets, kb)
     problems: list[str] = []
     rel = c.release
     py = spec.python.version
@@ -283,6 +313,251 @@ def _companions(spec: Spec, version: str, release: TorchRelease, label: str) -> 
     return tuple(out)
 
 
+_BUILDER_APT = ("build-essential", "ccache")
+_DEVEL_IMAGE = re.compile(r"(?:^|/)nvidia/cuda:(\d+\.\d+)(?:\.\d+)*-(?:[a-z0-9]+-)*devel\b")
+_NGC_IMAGE = re.compile(r"(?:^|/)nvidia/pytorch:(\d\d\.\d\d)-py3")
+_RUNTIME_IMAGE = re.compile(
+    r"^(?P<repo>(?:\S*/)?nvidia/cuda):(?P<ver>(?P<mm>\d+\.\d+)(?:\.\d+)*)-(?P<flavor>(?:[a-z0-9]+-)*)runtime-(?P<os>\S+)$"
+)
+
+
+def _source_targets(targets: tuple[_Target, ...], arch_list: str) -> list[TargetPlan]:
+    """Coverage of the targets by what a source build compiles (instead of the official wheels)."""
+    entries = parse_arch_list(arch_list)
+    out = []
+    for t in targets:
+        cov = coverage(t.capability, entries)
+        out.append(TargetPlan(name=t.name, capability=str(t.capability), family=t.family, covered=cov.covered,
+                              how=f"{cov.how}, compiled from source" if cov.covered else cov.how))
+    return out
+
+
+def _torch_build(
+    spec: Spec, kb: Knowledge, version: str, variant: str, decisions: list[Decision], warnings: list[str]
+) -> TorchBuildPlan:
+    ts = kb.torch_source
+    if ts is None:  # _source_problems refuses such candidates; kept for the type checker
+        raise ResolveError("no recipe for building torch from source.", hint="Use [torch] source = \"wheel\".")
+    ref = spec.torch.ref or ts.ref.format(version=version)
+    git = spec.torch.git or ts.git
+    decisions.append(Decision(
+        "torch build", f"from source: {git} at {ref}",
+        "[torch] source = 'git': compiled in the torch-build stage the NGC way (pinned ref, TORCH_CUDA_ARCH_LIST "
+        "from the targets, compressed fat binaries, CUDA/cuDNN/NCCL/distributed on, no tests, Ninja, ccache, "
+        "MAX_JOBS from memory); the runtime installs only the wheel", ts.source))
+    if spec.torch.packages:
+        warnings.append(
+            "torch is built from source, but torchvision/torchaudio come from the package index, compiled against "
+            "the official torch; if their compiled ops fail to load, build them as [[extensions]] from their "
+            "repositories instead."
+        )
+    return TorchBuildPlan(
+        git=git, ref=ref, version=f"{version}+{variant}", env=tuple(sorted(ts.env.items())),
+        build_requires=ts.build_requires, memory_per_job_gib=ts.memory_per_job_gib, source=ts.source,
+    )
+
+
+def _extension_git(ext: ExtensionSpec, info: Extension | None) -> tuple[str | None, str | None]:
+    """(repository, ref) for an extension built from git, else (None, None)."""
+    where = f"[[extensions]] {ext.name}"
+    if ext.git is not None or (info is not None and info.distribution == "git" and ext.path is None):
+        if ext.version is not None:
+            raise ResolveError(
+                f"{where}: {ext.name} is not released on the package index (a package of that name there may be "
+                "another project), so 'version' cannot select it.",
+                hint="Pin its repository with ref = \"<tag or commit>\" instead of version.",
+            )
+        if ext.ref is None:
+            raise ResolveError(
+                f"{where}: a build from a git repository needs a pinned ref, or the image (and the wheel cached "
+                "for it) would change whenever the repository does.",
+                hint="Add ref = \"<tag or commit>\" to the table.",
+            )
+        return ext.git or (info.git if info else None), ext.ref
+    if ext.ref is not None:
+        raise ResolveError(
+            f"{where}: 'ref' names a git tag or commit, but {ext.name} is not built from a repository.",
+            hint="Add git = \"<repository URL>\", or use version = \"...\" for a release from the package index.",
+        )
+    return None, None
+
+
+def _prebuilt(
+    ext: ExtensionSpec, info: Extension | None, kb: Knowledge, torch: TorchPlan, python: str,
+    caps: list[Capability],
+) -> tuple[str | None, str]:
+    """(the requirement of an exactly matching prebuilt wheel, or None; why)."""
+    if ext.path is not None:
+        return None, "a local source tree is always compiled"
+    if ext.git is not None or (info is not None and info.distribution == "git"):
+        return None, "it is built from its repository"
+    if not ext.prebuilt:
+        return None, "prebuilt = false in the spec"
+    if torch.build is not None:
+        return None, "torch itself is compiled from source, so no published wheel was built against it"
+    if torch.cuda is None:
+        return None, "no prebuilt wheel is known for the CPU build of torch"
+    major = torch.cuda.split(".")[0]
+    series = ".".join(torch.version.split(".")[:2])
+    for row in kb.prebuilt:
+        if row.name != ext.name:
+            continue
+        if ext.version not in row.versions:
+            return None, (f"prebuilt wheels are known only for {ext.name} {', '.join(row.versions)}, "
+                          f"not {ext.version or 'an unpinned version'}")
+        misses = []
+        if row.cuda_major != major:
+            misses.append(f"CUDA {major} (they are built for CUDA {row.cuda_major})")
+        if series not in row.torch or series not in row.abi:
+            misses.append(f"torch {series} (they exist for {', '.join(row.torch)})")
+        if python not in row.python:
+            misses.append(f"Python {python}")
+        entries = parse_arch_list(row.archs)
+        uncovered = [str(c) for c in caps if not coverage(c, entries).covered]
+        if uncovered:
+            misses.append(f"compute capability {', '.join(uncovered)} (they carry {row.archs})")
+        if misses:
+            return None, f"the prebuilt {ext.name} {ext.version} wheels do not match {'; '.join(misses)}"
+        abi = row.abi[series]
+        py = python.replace(".", "")
+        url = row.url.format(version=ext.version, cuda_major=major, torch=series, abi=abi, py=py)
+        return f"{ext.name} @ {url}", (
+            f"a prebuilt wheel matches exactly ({ext.name} {ext.version}, CUDA {major}, torch {series}, "
+            f"cxx11abi {abi}, cp{py}) and its archs {row.archs} cover every target: installed, not compiled")
+    if info is not None and info.distribution == "wheel" and ext.version and info.pairs:
+        want = info.pairs.get(ext.version)
+        if want is not None and Version(torch.version) in SpecifierSet(want) and torch.on_default_index:
+            return f"{ext.name}=={ext.version}", (
+                f"the package index's {ext.name} {ext.version} wheels are built for torch {want} with its default "
+                f"CUDA variant ({torch.variant}): installed, not compiled (their archs are not recorded in the "
+                "knowledge base: `kiln inspect` lists them)")
+        if want is not None and not torch.on_default_index:
+            return None, (f"the package index's {ext.name} wheels are built for the index's default CUDA variant, "
+                          f"not {torch.variant}")
+    return None, "no prebuilt wheel is known to match this torch, CUDA, Python and these targets"
+
+
+def _extension_plan(
+    ext: ExtensionSpec, spec: Spec, kb: Knowledge, torch: TorchPlan, arch_list: str,
+    targets: tuple[_Target, ...], decisions: list[Decision], warnings: list[str],
+) -> ExtensionPlan:
+    info = kb.extensions.get(ext.name)
+    env = dict(info.env) if info else {}
+    if info and info.arch_env != "TORCH_CUDA_ARCH_LIST" and arch_list:
+        env[info.arch_env] = ";".join(
+            str(Capability.parse(a.removesuffix("+PTX")).number) for a in arch_list.split(";")
+        )
+    env.update(ext.env)
+    git, ref = _extension_git(ext, info)
+    if info is None and ext.path is None:
+        warnings.append(
+            f"extension {ext.name!r} is not in the knowledge base: built with --no-build-isolation and "
+            "TORCH_CUDA_ARCH_LIST, without known requirements."
+        )
+    caps = [t.capability for t in targets] or sorted({e.capability for e in parse_arch_list(arch_list)})
+    prebuilt, why = _prebuilt(ext, info, kb, torch, spec.python.version, caps)
+    requirement = None if ext.path is not None or git is not None else (
+        f"{ext.name}=={ext.version}" if ext.version else ext.name)
+    plan = ExtensionPlan(
+        name=ext.name,
+        requirement=requirement,
+        path=ext.path,
+        import_name=info.import_name if info else ext.name.replace("-", "_"),
+        env=tuple(sorted(env.items())),
+        no_build_isolation=info.no_build_isolation if info else True,
+        memory_per_job_gib=info.memory_per_job_gib if info else 4,
+        notes=info.notes if info else "",
+        source=info.source if info else "",
+        version=ext.version,
+        git=git,
+        ref=ref,
+        build="prebuilt" if prebuilt else "source",
+        prebuilt=prebuilt,
+        build_requires=info.build_requires if info else ("ninja", "packaging", "pip", "setuptools", "wheel"),
+    )
+    if prebuilt:
+        decisions.append(Decision(f"extension {ext.name}", "prebuilt wheel", why, info.source if info else ""))
+    else:
+        arch_note = "".join(f", {k}={v}" for k, v in plan.env if info and k == info.arch_env)
+        decisions.append(Decision(
+            f"extension {ext.name}", f"built from source: {plan.spec}",
+            f"{why}; compiled in the extensions stage against torch {torch.version} ({torch.variant}) without "
+            f"build isolation for TORCH_CUDA_ARCH_LIST={arch_list or '(none)'}{arch_note}; only its wheel reaches "
+            "the runtime", info.source if info else ""))
+    return plan
+
+
+def _base_image_cuda(image: str, kb: Knowledge) -> str | None:
+    """The CUDA major.minor of a base image that ships nvcc (NVIDIA devel or NGC PyTorch images), else None."""
+    m = _DEVEL_IMAGE.search(image)
+    if m:
+        return m.group(1)
+    m = _NGC_IMAGE.search(image)
+    if m:
+        row = next((r for r in kb.ngc if r.ngc == m.group(1)), None)
+        return ".".join(row.cuda.split(".")[:2]) if row else None
+    return None
+
+
+def _toolchain(
+    base_image: str, kb: Knowledge, torch: TorchPlan, exts: list[ExtensionPlan], decisions: list[Decision],
+    warnings: list[str],
+) -> ToolchainPlan | None:
+    """The compiler of the builder stages, when anything is compiled."""
+    compiled = [e for e in exts if e.build == "source"]
+    if not compiled and torch.build is None:
+        return None
+    apt = list(_BUILDER_APT)
+    if torch.build is not None or any(e.git for e in compiled):
+        apt.append("git")
+    if torch.cuda is None:
+        decisions.append(Decision("toolchain", "host C++ compiler", "CPU torch: extensions compile with g++ alone", ""))
+        return ToolchainPlan("image", "", (), (), "", tuple(apt), "")
+    cuda = torch.cuda
+    base_cuda = _base_image_cuda(base_image, kb)
+    if base_cuda == cuda:
+        decisions.append(Decision(
+            "toolchain", f"the base image's CUDA {cuda}",
+            f"{base_image} is a CUDA development image whose nvcc is torch's CUDA {cuda}", ""))
+        warnings.append(
+            f"the base image {base_image} carries nvcc and the CUDA headers, so the runtime stage has a compiler "
+            "too; a slim base (torchkiln then takes nvcc from NVIDIA's wheels in the builder stages) keeps it out."
+        )
+        return ToolchainPlan("image", cuda, (), (), "/usr/local/cuda", tuple(apt), "")
+    runtime = _RUNTIME_IMAGE.match(base_image)
+    if runtime is not None and runtime.group("mm") == cuda:
+        devel = f"{runtime.group('repo')}:{runtime.group('ver')}-{runtime.group('flavor')}devel-{runtime.group('os')}"
+        decisions.append(Decision(
+            "toolchain", f"{devel} (builder stages only)",
+            f"the base is NVIDIA's CUDA {cuda} runtime image: the builder stages start from its devel sibling "
+            "(same OS and Python, plus nvcc and the CUDA headers) and the runtime keeps the runtime image", ""))
+        return ToolchainPlan("image", cuda, (), (), "/usr/local/cuda", tuple(apt), "", image=devel)
+    if base_cuda is not None:
+        warnings.append(
+            f"the base image {base_image} has CUDA {base_cuda}, not torch's {cuda}: the builder stages install "
+            f"NVIDIA's CUDA {cuda} compiler wheels instead of using its nvcc."
+        )
+    row = next((r for r in kb.toolchains if r.cuda_major == cuda.split(".")[0]), None)
+    if row is None:
+        raise ResolveError(
+            f"something is compiled against torch's CUDA {cuda}, but NVIDIA publishes no CUDA {cuda} compiler as a "
+            f"wheel (the nvidia-cuda-nvcc-cu{cuda.split('.')[0]} wheels carry ptxas only; nvcc wheels start with "
+            f"CUDA 13) and the base image {base_image} has no CUDA {cuda} compiler.",
+            hint=f"Build on NVIDIA's CUDA {cuda} runtime image, e.g. [base] image = "
+            f"\"nvidia/cuda:{cuda}.<patch>-runtime-ubuntu22.04\" with python = \"apt\" (the builder stages then use "
+            "its devel sibling and the runtime stays free of compilers), or on a CUDA devel image, or choose "
+            "torch's CUDA 13 variant ([torch] cuda = \"13.0\").",
+        )
+    compiler = tuple(r.replace("{cuda}", cuda) for r in row.compiler)
+    libraries = tuple(r.replace("{cuda}", cuda) for r in row.libraries)
+    decisions.append(Decision(
+        "toolchain", f"CUDA {cuda} compiler wheels",
+        f"the base image has no CUDA {cuda} compiler: nvcc, the CUDA headers and CCCL come from NVIDIA's wheels of "
+        f"torch's own CUDA ({', '.join(compiler)}), merged into /usr/local/cuda in the builder stages only",
+        row.source))
+    return ToolchainPlan("wheels", cuda, compiler, libraries, "/usr/local/cuda", tuple(apt), row.source)
+
+
 def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     """Decide everything, or raise ``ResolveError`` saying what would work instead."""
     targets = _targets(spec, kb)
@@ -328,6 +603,9 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     else:
         label = "+" + _variant_name(chosen.cuda)
         on_default = False
+    source_build = spec.torch.source == "git" and chosen.cuda != "cpu"
+    if source_build:  # torch comes from our own wheel, not from an index
+        label, on_default = "", True
     row = None if chosen.cuda == "cpu" else kb.arch_row(rel.series, chosen.cuda)
     torch_plan = TorchPlan(
         version=version,
@@ -367,7 +645,7 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
             name=t.name, capability=str(t.capability), family=t.family,
             covered=bool(cov and cov.covered), how=cov.how if cov else "no kernel image",
         ))
-    if row is not None:
+    if row is not None and not source_build:
         decisions.append(Decision("wheel archs", row.arch_list,
                                   "compiled into the official wheels of this variant", row.source))
 
@@ -378,6 +656,8 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         caps = [t.capability for t in targets]
         if not caps and row is not None:
             caps = sorted({e.capability for e in row.entries})
+        if not caps and source_build:
+            caps = sorted(set(kb.default_targets))
         toolkit = kb.toolkit_max_target(chosen.cuda)
         if toolkit is not None:
             lo, hi = toolkit
@@ -397,6 +677,13 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
             + (", with PTX of the newest for forward compatibility" if spec.gpu.ptx else ""),
             "CPPEXT"))
 
+    if source_build:
+        torch_plan = replace(
+            torch_plan, wheel_arch_list=arch_list, wheel_arch_source="compiled from source",
+            build=_torch_build(spec, kb, version, torch_plan.variant, decisions, warnings),
+        )
+        target_plans = _source_targets(targets, arch_list)
+
     # driver floor
     if chosen.cuda == "cpu":
         min_driver, min_driver_source, require = None, "", None
@@ -410,31 +697,9 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
             f"NVIDIA_REQUIRE_CUDA={require}", min_driver_source))
 
     # extensions
-    ext_plans: list[ExtensionPlan] = []
-    for ext in spec.extensions:
-        info = kb.extensions.get(ext.name)
-        env = dict(info.env) if info else {}
-        if info and info.arch_env != "TORCH_CUDA_ARCH_LIST" and arch_list:
-            env[info.arch_env] = ";".join(
-                str(Capability.parse(a.removesuffix("+PTX")).number) for a in arch_list.split(";")
-            )
-        env.update(ext.env)
-        if info is None and ext.path is None:
-            warnings.append(
-                f"extension {ext.name!r} is not in the knowledge base: built with --no-build-isolation and "
-                "TORCH_CUDA_ARCH_LIST, without known requirements."
-            )
-        ext_plans.append(ExtensionPlan(
-            name=ext.name,
-            requirement=None if ext.path else (f"{ext.name}=={ext.version}" if ext.version else ext.name),
-            path=ext.path,
-            import_name=info.import_name if info else ext.name.replace("-", "_"),
-            env=tuple(sorted(env.items())),
-            no_build_isolation=info.no_build_isolation if info else True,
-            memory_per_job_gib=info.memory_per_job_gib if info else 4,
-            notes=info.notes if info else "",
-            source=info.source if info else "",
-        ))
+    ext_plans = [
+        _extension_plan(ext, spec, kb, torch_plan, arch_list, targets, decisions, warnings) for ext in spec.extensions
+    ]
 
     base_image = spec.base.image or f"python:{py}-slim-bookworm"
     decisions.append(Decision(
@@ -442,6 +707,7 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         "given in [base] image" if spec.base.image else
         "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
         "and the driver comes from the host", ""))
+    toolchain = _toolchain(base_image, kb, torch_plan, ext_plans, decisions, warnings)
 
     apt = list(spec.packages.apt)
     if spec.base.python == "apt":
@@ -479,4 +745,5 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         ),
         decisions=tuple(decisions),
         warnings=tuple(warnings),
+        toolchain=toolchain,
     )

@@ -24,6 +24,21 @@ _REGISTRY_PREFIX = re.compile(r"^[A-Za-z0-9.-]+(?::\d+)?/")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _CUDA = re.compile(r"^(auto|cpu|\d{2}\.\d)$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+-]{0,127}$")
+_GIT_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^git@[^\s:]+:\S+$")
+
+
+def _git_url(v: str | None) -> str | None:
+    if v is not None and not _GIT_URL.match(v):
+        raise ValueError("must be a git repository URL such as 'https://example.org/org/repo' (or git@host:org/repo)")
+    return v
+
+
+def _git_ref(v: str | None) -> str | None:
+    if v is not None and (not _GIT_REF.match(v) or ".." in v):
+        raise ValueError("must be a git tag, branch or commit such as 'v2.5.1' or a 40-digit commit id")
+    return v
 
 
 class _Strict(BaseModel):
@@ -70,6 +85,39 @@ class TorchSpec(_Strict):
     version: str = Field(default="", description="exact version or a PEP 440 specifier; empty = newest known")
     cuda: str = "auto"
     packages: list[str] = Field(default_factory=list)
+    source: Literal["wheel", "git"] = Field(
+        default="wheel", description="'wheel': the official wheels; 'git': compile torch from its repository"
+    )
+    git: str | None = Field(default=None, description="repository to build from (source = 'git'); default: upstream")
+    ref: str | None = Field(default=None, description="tag or commit to build (source = 'git'); default: v<version>")
+
+    @field_validator("git")
+    @classmethod
+    def _git(cls, v: str | None) -> str | None:
+        return _git_url(v)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str | None) -> str | None:
+        return _git_ref(v)
+
+    @model_validator(mode="after")
+    def _source(self) -> TorchSpec:
+        if self.source == "wheel":
+            if self.git is not None or self.ref is not None:
+                raise ValueError("'git' and 'ref' apply only with source = \"git\" (building torch from source)")
+            return self
+        try:
+            Version(self.version)
+        except InvalidVersion:
+            raise ValueError(
+                "source = \"git\" builds one pinned release: set version to an exact release such as '2.5.1'"
+            ) from None
+        if self.cuda in ("auto", "cpu"):
+            raise ValueError(
+                "source = \"git\" needs the CUDA toolkit to build with: set cuda to a version such as '12.6'"
+            )
+        return self
 
     @field_validator("version")
     @classmethod
@@ -157,11 +205,52 @@ class ExtensionSpec(_Strict):
     version: str | None = None
     path: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    git: str | None = None
+    ref: str | None = None
+    prebuilt: bool = Field(default=True, description="use a prebuilt wheel when one matches exactly")
+
+    @field_validator("git")
+    @classmethod
+    def _git(cls, v: str | None) -> str | None:
+        return _git_url(v)
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str | None) -> str | None:
+        return _git_ref(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", v):
+            raise ValueError("must be a package name such as 'flash-attn' (letters, digits, '.', '_', '-')")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith("/") or ".." in Path(v).parts or not v.strip("./")):
+            raise ValueError(f"{v!r} must be a folder inside the spec's folder (relative, no '..')")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not _ENV_NAME.match(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> ExtensionSpec:
-        if self.path is not None and self.version is not None:
-            raise ValueError("give either 'version' (a released package) or 'path' (a local source tree), not both")
+        given = [k for k in ("version", "path", "git") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                "give one of 'version' (a released package), 'path' (a local source tree) or 'git' "
+                f"(a repository), not {' and '.join(repr(g) for g in given)}"
+            )
+        if self.ref is not None and self.path is not None:
+            raise ValueError("'ref' names a git tag or commit; a local 'path' has none")
         return self
 
 

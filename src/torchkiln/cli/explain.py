@@ -12,6 +12,45 @@ from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, print_json
 from torchkiln.cli._load import load_plan
 from torchkiln.knowledge import load_knowledge
+from torchkiln.render.extensions import BuildEstimate, estimate_builds
+
+
+def host_resources() -> tuple[int, float]:
+    """This machine's CPU cores (the ones this process may use) and available memory in GiB."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    mem_gib = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                mem_gib = int(line.split()[1]) / 1024**2
+                break
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return cores, mem_gib or 8.0
+
+
+def _duration(minutes: float) -> str:
+    if minutes < 1:
+        return "< 1 min"
+    if minutes < 90:
+        return f"~{minutes:.0f} min"
+    return f"~{minutes / 60:.1f} h"
+
+
+def _estimate_table(estimates: tuple[BuildEstimate, ...], cores: int, mem_gib: float) -> Table:
+    t = Table(title=f"Compile time and memory on {cores} cores and {mem_gib:.0f} GiB (rough estimates)",
+              title_justify="left")
+    for c in ("build", "archs", "MAX_JOBS", "peak memory", "CPU time", "wall time", "basis"):
+        t.add_column(c)
+    for e in estimates:
+        t.add_row(e.what, str(e.archs), f"{e.jobs} ({e.per_job_gib} GiB each)", f"~{e.peak_gib} GiB",
+                  _duration(e.cpu_minutes), _duration(e.wall_minutes), e.basis)
+    return t
 
 
 def _gpu_table() -> Table:
@@ -36,6 +75,13 @@ def explain_cmd(
         Path | None, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)
     ] = None,
     gpus: Annotated[bool, typer.Option("--gpus", help="List the GPU names and capabilities torchkiln knows.")] = False,
+    cores: Annotated[
+        int | None, typer.Option("--cores", min=1, help="CPU cores of the build machine (default: this one's).")
+    ] = None,
+    memory: Annotated[
+        float | None,
+        typer.Option("--memory", min=1, help="Memory of the build machine in GiB (default: this one's available)."),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Explain the decisions behind a spec's plan: what was chosen, why, and the source of each fact."""
@@ -50,11 +96,16 @@ def explain_cmd(
     if spec is None:
         raise typer.BadParameter("give a spec, or --gpus")
     _s, plan, _ = load_plan(spec)
+    kb = load_knowledge()
+    host_cores, host_mem = host_resources()
+    n_cores, mem_gib = cores or host_cores, memory or host_mem
+    estimates = estimate_builds(plan, kb, n_cores, mem_gib)
     if json:
         print_json({"image": plan.image_ref, "decisions": [d.__dict__ for d in plan.decisions],
-                    "warnings": list(plan.warnings)})
+                    "warnings": list(plan.warnings),
+                    "builds": {"cores": n_cores, "memory_gib": round(mem_gib, 1),
+                               "estimates": [e.to_dict() for e in estimates]}})
         return
-    kb = load_knowledge()
     t = Table(title=f"Why {plan.image_ref} is built this way", title_justify="left")
     t.add_column("decision", style="bold")
     t.add_column("choice")
@@ -69,5 +120,7 @@ def explain_cmd(
     for tg in plan.targets:
         t.add_row(f"target {tg.name}", f"{tg.capability}", tg.how, "GPUS")
     console.print(t)
+    if estimates:
+        console.print(_estimate_table(estimates, n_cores, mem_gib))
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")

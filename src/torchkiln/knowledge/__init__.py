@@ -69,6 +69,47 @@ class Extension:
     source: str
     arch_min_cuda: dict[str, str] = field(default_factory=dict)
     pairs: dict[str, str] = field(default_factory=dict)
+    git: str = ""  # the repository builds come from when the package is not on the index
+    build_requires: tuple[str, ...] = ()  # what the build imports (installed beside torch, no isolation)
+    build_cost: tuple[int, int] = (0, 0)  # rough CPU-minutes: (independent of archs, per arch)
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    """Prebuilt wheels of an extension published outside the package index (e.g. release assets)."""
+
+    name: str
+    versions: tuple[str, ...]
+    cuda_major: str
+    torch: tuple[str, ...]  # torch X.Y series
+    abi: dict[str, str]  # torch X.Y -> "TRUE" / "FALSE" (torch._C._GLIBCXX_USE_CXX11_ABI)
+    python: tuple[str, ...]
+    archs: str  # TORCH_CUDA_ARCH_LIST form of what the wheels were compiled for
+    url: str  # template: {version} {cuda_major} {torch} {abi} {py}
+    source: str
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """CUDA compiler (and library) wheels for one CUDA major; ``{cuda}`` is torch's major.minor."""
+
+    cuda_major: str
+    compiler: tuple[str, ...]
+    libraries: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """How PyTorch itself is built from source."""
+
+    git: str
+    ref: str  # template: {version}
+    build_requires: tuple[str, ...]
+    env: dict[str, str]
+    memory_per_job_gib: int
+    build_cost: tuple[int, int]
+    source: str
 
 
 @dataclass(frozen=True)
@@ -106,6 +147,9 @@ class Knowledge:
     extensions: dict[str, Extension]
     ngc: tuple[NgcRelease, ...]
     sources: dict[str, dict[str, str]]
+    prebuilt: tuple[Prebuilt, ...] = ()
+    toolchains: tuple[Toolchain, ...] = ()
+    torch_source: TorchSource | None = None
 
     # -- torch ----------------------------------------------------------------------------------
     def release_of(self, version: str) -> TorchRelease | None:
@@ -179,6 +223,10 @@ class Knowledge:
         return None if best is None else (best[1], best[2])
 
 
+def _cost(row: dict[str, int] | None) -> tuple[int, int]:
+    return (0, 0) if row is None else (int(row.get("base", 0)), int(row.get("per_arch", 0)))
+
+
 def _load(name: str) -> dict[str, Any]:
     text = resources.files("torchkiln.knowledge").joinpath(name).read_text(encoding="utf-8")
     return tomllib.loads(text)
@@ -229,9 +277,28 @@ def load_knowledge() -> Knowledge:
             env=dict(x.get("env", {})), no_build_isolation=x["no_build_isolation"],
             distribution=x["distribution"], memory_per_job_gib=x["memory_per_job_gib"], notes=x["notes"],
             source=x["source"], arch_min_cuda=dict(x.get("arch_min_cuda", {})), pairs=dict(x.get("pairs", {})),
+            git=x.get("git", ""), build_requires=tuple(x.get("build_requires", ())),
+            build_cost=_cost(x.get("build_cost")),
         )
         for x in e["extension"]
     }
+    prebuilt = tuple(
+        Prebuilt(name=r["name"], versions=tuple(r["versions"]), cuda_major=r["cuda_major"], torch=tuple(r["torch"]),
+                 abi=dict(r["abi"]), python=tuple(r["python"]), archs=r["archs"], url=r["url"], source=r["source"])
+        for r in e.get("prebuilt", [])
+    )
+    toolchains = tuple(
+        Toolchain(cuda_major=r["cuda_major"], compiler=tuple(r["compiler"]), libraries=tuple(r["libraries"]),
+                  source=r["source"])
+        for r in e.get("toolchain", [])
+    )
+    torch_source = next(
+        (TorchSource(git=r["git"], ref=r["ref"], build_requires=tuple(r["build_requires"]), env=dict(r["env"]),
+                     memory_per_job_gib=r["memory_per_job_gib"], build_cost=_cost(r.get("build_cost")),
+                     source=r["source"])
+         for r in e.get("torch_source", [])),
+        None,
+    )
     n = _load("ngc.toml")
     ngc = tuple(
         NgcRelease(ngc=r["ngc"], cuda=r["cuda"], torch=r["torch"], python=r["python"], ubuntu=r.get("ubuntu", ""),
@@ -252,4 +319,7 @@ def load_knowledge() -> Knowledge:
         extensions=extensions,
         ngc=ngc,
         sources=_load("sources.toml"),
+        prebuilt=prebuilt,
+        toolchains=toolchains,
+        torch_source=torch_source,
     )

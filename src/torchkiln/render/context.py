@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan
+from torchkiln.render import extensions
 from torchkiln.render.dockerfile import render_dockerfile
 
 SOURCES_SH = """\
@@ -45,6 +46,7 @@ def context_files(plan: BuildPlan) -> dict[str, str]:
         ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
         ".kiln/sources.sh": SOURCES_SH,
         ".kiln/wheels/.keep": "",
+        **extensions.context_files(plan),
     }
     return dict(sorted(files.items()))
 
@@ -74,6 +76,14 @@ def _place(src: Path, dest: Path) -> None:
 
 def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
     """Write the complete build context into ``out_dir`` (replacing it). Returns the files written."""
+    ext_paths = extensions.context_paths(plan)
+    missing_ext = [p for p in ext_paths if not (spec_dir / p).is_dir()]
+    if missing_ext:
+        raise SpecError(
+            f"[[extensions]] path {missing_ext[0]!r} is not a folder next to the spec ({spec_dir}).",
+            hint="An extension's path names its source tree (with setup.py or pyproject.toml), relative to the "
+            "folder that holds kiln.toml.",
+        )
     missing = [c for c in plan.app.copy if not (spec_dir / c).exists()]
     if missing:
         raise SpecError(
@@ -82,7 +92,7 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
             hint="Paths in [app] copy are relative to the folder that holds kiln.toml.",
         )
     reserved = {"Dockerfile", ".dockerignore", ".kiln"}
-    clash = [c for c in plan.app.copy if Path(c).parts[0] in reserved]
+    clash = [c for c in (*plan.app.copy, *ext_paths) if Path(c).parts[0] in reserved]
     if clash:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
@@ -96,8 +106,9 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
             p.write_text(text, encoding="utf-8")
         uv_dest = tmp / ".kiln/bin/uv"
         _place(find_uv(), uv_dest)
-        for item in plan.app.copy:
-            _place(spec_dir / item, tmp / item)
+        for item in (*plan.app.copy, *ext_paths):
+            if not (tmp / item).exists():
+                _place(spec_dir / item, tmp / item)
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.rename(out_dir, old / "ctx")

@@ -21,6 +21,7 @@ import json
 
 from torchkiln import __version__
 from torchkiln.plan import BuildPlan
+from torchkiln.render import extensions as ext
 
 VENV = "/opt/venv"
 CONSTRAINTS = "/etc/pip/constraint.txt"
@@ -101,15 +102,17 @@ def stage_base(plan: BuildPlan) -> list[str]:
 
 def stage_torch(plan: BuildPlan) -> list[str]:
     py = f"{VENV}/bin/python"
+    built = plan.torch.build is not None  # torch compiled in the torch-build stage: install that wheel
+    wheel = f" {ext.torch_wheel_requirement()}" if built else ""
     return [
         "# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own",
         "FROM base AS torch",
         *_run(
-            [*_SOURCE_MOUNTS, _bind("requirements-torch.txt")],
+            [*_SOURCE_MOUNTS, _bind("requirements-torch.txt"), *([ext.torch_wheel_mount()] if built else [])],
             [
                 ". /kiln/sources.sh",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
-                f"{UV} pip install --python {py} -r /kiln/requirements-torch.txt",
+                f"{UV} pip install --python {py}{wheel} -r /kiln/requirements-torch.txt",
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
             ],
@@ -216,6 +219,7 @@ def _copy_python(plan: BuildPlan, from_torch: bool) -> list[str]:
         lines += [f"COPY --from=torch {VENV} {VENV}", f"COPY --from=torch {CONSTRAINTS} {CONSTRAINTS}"]
     if plan.pip_packages:
         lines.append(f"COPY --from=packages {LAYER}/ {VENV}/")
+    lines += ext.copy_ext_layer(plan)
     return lines
 
 
@@ -256,8 +260,10 @@ def render_dockerfile(plan: BuildPlan) -> str:
     blocks = [
         header(plan),
         stage_base(plan),
+        ext.stage_torch_build(plan),
         stage_torch(plan),
         stage_packages(plan),
+        *ext.builder_stages(plan),
         stage_dev(plan),
         stage_runtime(plan),
     ]

@@ -1,0 +1,167 @@
+# Rendered by torchkiln 0.1.0 for acme/custom-ext:latest. Do not edit: change kiln.toml and re-render.
+# torch 2.14.1 · CUDA 13.0 (cu130) · Python 3.11 · base python:3.11-slim-bookworm
+# GPU targets: A100 (8.0), H100 (9.0) · TORCH_CUDA_ARCH_LIST=8.0;9.0+PTX
+# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).
+
+# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
+FROM python:3.11-slim-bookworm AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1
+
+# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own
+FROM base AS torch
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv venv --python python3.11 /opt/venv \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
+    && mkdir -p /etc/pip \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+
+# toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
+# torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used only by the builder stages, never by the runtime
+FROM torch AS toolchain
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential ccache \
+    && { [ -f "$(python3.11 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ] || apt-get install -y --no-install-recommends python3.11-dev; }
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/ext,target=/kiln/ext \
+    --mount=type=cache,id=kiln-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=cache,id=kiln-ccache,target=/root/.cache/ccache \
+    --mount=type=cache,id=kiln-wheel-cache,target=/kiln/wheel-cache,sharing=locked \
+    . /kiln/sources.sh \
+    && . /kiln/ext/build.sh \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt 'cuda-toolkit[nvcc,cccl,crt,nvvm,cudart]==13.0.*' ninja packaging pip setuptools wheel \
+    && kiln_cuda_home /usr/local/cuda \
+    && kiln_check_nvcc 13.0
+ENV CUDA_HOME="/usr/local/cuda" \
+    PATH=/usr/lib/ccache:/usr/local/cuda/bin:/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX" \
+    TORCH_NVCC_FLAGS="-Xfatbin -compress-all" \
+    NVCC_APPEND_FLAGS="-Xfatbin -compress-all" \
+    PYTORCH_NVCC="ccache /usr/local/cuda/bin/nvcc" \
+    CCACHE_DIR="/root/.cache/ccache" \
+    CMAKE_GENERATOR="Ninja"
+
+# extensions: each compiled extension built into a wheel against this exact torch, without build
+# isolation; wheels are cached by (package, version, torch, CUDA, Python, arch list) in a cache mount
+FROM toolchain AS extensions
+ARG MAX_JOBS
+# my-op from ext/my_op (build context)
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/ext,target=/kiln/ext \
+    --mount=type=cache,id=kiln-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=cache,id=kiln-ccache,target=/root/.cache/ccache \
+    --mount=type=cache,id=kiln-wheel-cache,target=/kiln/wheel-cache,sharing=locked \
+    --mount=type=bind,source=ext/my_op,target=/kiln/src/my-op,rw \
+    . /kiln/sources.sh \
+    && . /kiln/ext/build.sh \
+    && export MAX_JOBS="${MAX_JOBS:-$(kiln_jobs 4)}" \
+    && kiln_wheel my-op-local-cu130-py3.11-10e09fae2ac8 /kiln/src/my-op
+
+# wheels: the compiled extension wheels alone (--target wheels --output type=local,dest=DIR)
+FROM scratch AS wheels
+COPY --from=extensions /opt/kiln-ext/wheels/ /
+
+# ext-layer: the extension wheels installed into the venv in a stage without compilers, constrained so
+# nothing installed before can change; only the files they add are collected, as one layer
+FROM torch AS ext-layer
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,from=extensions,source=/opt/kiln-ext/wheels,target=/kiln/ext-wheels \
+    . /kiln/sources.sh \
+    && touch /tmp/kiln-mark \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /tmp/kiln-installed.txt \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /tmp/kiln-installed.txt /kiln/ext-wheels/*.whl \
+    && mkdir -p /opt/kiln-ext-layer \
+    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf -
+
+# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
+FROM torch AS dev
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+COPY --from=ext-layer /opt/kiln-ext-layer/ /opt/venv/
+COPY .kiln/bin/uv /usr/local/bin/uv
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+LABEL org.opencontainers.image.title="acme/custom-ext" \
+      org.opencontainers.image.version="latest" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.14.1" \
+      io.torchkiln.variant="cu130" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="13.0" \
+      io.torchkiln.arch-list="8.0;9.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.5;8.0;8.6;9.0;10.0;12.0" \
+      io.torchkiln.targets="A100=8.0,H100=9.0" \
+      io.torchkiln.min-driver="580.65.06"
+WORKDIR /workspace
+USER 1000:1000
+CMD ["python", "-c", "import torch, my_op; x = torch.ones(4, device='cuda'); print(my_op.axpby(x, x, 2.0, 1.0))"]
+
+# runtime: base + venv + app, nothing else: no compilers, no package caches, non-root by default
+FROM base AS runtime
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+COPY --from=torch /opt/venv /opt/venv
+COPY --from=torch /etc/pip/constraint.txt /etc/pip/constraint.txt
+COPY --from=ext-layer /opt/kiln-ext-layer/ /opt/venv/
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+LABEL org.opencontainers.image.title="acme/custom-ext" \
+      org.opencontainers.image.version="latest" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.14.1" \
+      io.torchkiln.variant="cu130" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="13.0" \
+      io.torchkiln.arch-list="8.0;9.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.5;8.0;8.6;9.0;10.0;12.0" \
+      io.torchkiln.targets="A100=8.0,H100=9.0" \
+      io.torchkiln.min-driver="580.65.06"
+WORKDIR /workspace
+USER 1000:1000
+CMD ["python", "-c", "import torch, my_op; x = torch.ones(4, device='cuda'); print(my_op.axpby(x, x, 2.0, 1.0))"]

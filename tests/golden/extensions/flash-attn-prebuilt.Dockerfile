@@ -1,0 +1,106 @@
+# Rendered by torchkiln 0.1.0 for acme/fa-prebuilt:latest. Do not edit: change kiln.toml and re-render.
+# torch 2.8.0 · CUDA 12.8 (cu128) · Python 3.11 · base python:3.11-slim-bookworm
+# GPU targets: A100 (8.0), H100 (9.0) · TORCH_CUDA_ARCH_LIST=8.0;9.0+PTX
+# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).
+
+# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
+FROM python:3.11-slim-bookworm AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1
+
+# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own
+FROM base AS torch
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv venv --python python3.11 /opt/venv \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
+    && mkdir -p /etc/pip \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+
+# ext-layer: the extension wheels installed into the venv in a stage without compilers, constrained so
+# nothing installed before can change; only the files they add are collected, as one layer
+FROM torch AS ext-layer
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    . /kiln/sources.sh \
+    && touch /tmp/kiln-mark \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /tmp/kiln-installed.txt \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /tmp/kiln-installed.txt 'flash-attn @ https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp311-cp311-linux_x86_64.whl' \
+    && mkdir -p /opt/kiln-ext-layer \
+    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf -
+
+# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
+FROM torch AS dev
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+COPY --from=ext-layer /opt/kiln-ext-layer/ /opt/venv/
+COPY .kiln/bin/uv /usr/local/bin/uv
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+LABEL org.opencontainers.image.title="acme/fa-prebuilt" \
+      org.opencontainers.image.version="latest" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.8.0" \
+      io.torchkiln.variant="cu128" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="12.8" \
+      io.torchkiln.arch-list="8.0;9.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.0;7.5;8.0;8.6;9.0;10.0;12.0" \
+      io.torchkiln.targets="A100=8.0,H100=9.0" \
+      io.torchkiln.min-driver="525.60.13"
+WORKDIR /workspace
+USER 1000:1000
+CMD ["bash"]
+
+# runtime: base + venv + app, nothing else: no compilers, no package caches, non-root by default
+FROM base AS runtime
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+COPY --from=torch /opt/venv /opt/venv
+COPY --from=torch /etc/pip/constraint.txt /etc/pip/constraint.txt
+COPY --from=ext-layer /opt/kiln-ext-layer/ /opt/venv/
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
+    TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+LABEL org.opencontainers.image.title="acme/fa-prebuilt" \
+      org.opencontainers.image.version="latest" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.8.0" \
+      io.torchkiln.variant="cu128" \
+      io.torchkiln.python="3.11" \
+      io.torchkiln.cuda="12.8" \
+      io.torchkiln.arch-list="8.0;9.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.0;7.5;8.0;8.6;9.0;10.0;12.0" \
+      io.torchkiln.targets="A100=8.0,H100=9.0" \
+      io.torchkiln.min-driver="525.60.13"
+WORKDIR /workspace
+USER 1000:1000
+CMD ["python"]

@@ -1,0 +1,155 @@
+# Rendered by torchkiln 0.1.0 for acme/torch-src:latest. Do not edit: change kiln.toml and re-render.
+# torch 2.7.1 · CUDA 12.8 (cu128) · Python 3.12 · base nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+# GPU targets: V100 (7.0), B200 (10.0) · TORCH_CUDA_ARCH_LIST=7.0;10.0+PTX
+# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).
+
+# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends python3.12
+
+# torch-build: PyTorch v2.7.1 compiled from source the NGC way (pinned ref, TORCH_CUDA_ARCH_LIST from the
+# targets, compressed fat binaries, CUDA/cuDNN/NCCL/distributed on, no tests, Ninja, ccache, MAX_JOBS from
+# memory); only its wheel leaves this stage, and the torch stage installs nothing else from here
+FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 AS torch-build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG MAX_JOBS
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential ccache git python3.12 \
+    && { [ -f "$(python3.12 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ] || apt-get install -y --no-install-recommends python3.12-dev; }
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/ext,target=/kiln/ext \
+    --mount=type=cache,id=kiln-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=cache,id=kiln-ccache,target=/root/.cache/ccache \
+    --mount=type=cache,id=kiln-wheel-cache,target=/kiln/wheel-cache,sharing=locked \
+    . /kiln/sources.sh \
+    && . /kiln/ext/build.sh \
+    && /kiln/bin/uv venv --python python3.12 /opt/venv \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python cmake ninja pip setuptools wheel \
+    && kiln_check_nvcc 12.8
+ENV CUDA_HOME="/usr/local/cuda" \
+    PATH=/usr/lib/ccache:/usr/local/cuda/bin:/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    TORCH_CUDA_ARCH_LIST="7.0;10.0+PTX" \
+    TORCH_NVCC_FLAGS="-Xfatbin -compress-all" \
+    CCACHE_DIR="/root/.cache/ccache" \
+    CMAKE_GENERATOR="Ninja" \
+    BUILD_TEST="0" \
+    CMAKE_CUDA_COMPILER_LAUNCHER="ccache" \
+    CMAKE_CXX_COMPILER_LAUNCHER="ccache" \
+    CMAKE_C_COMPILER_LAUNCHER="ccache" \
+    USE_CUDA="1" \
+    USE_CUDNN="1" \
+    USE_DISTRIBUTED="1" \
+    USE_NCCL="1" \
+    USE_SYSTEM_NCCL="1" \
+    PYTORCH_BUILD_VERSION="2.7.1+cu128" \
+    PYTORCH_BUILD_NUMBER="1"
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/ext,target=/kiln/ext \
+    --mount=type=cache,id=kiln-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=cache,id=kiln-ccache,target=/root/.cache/ccache \
+    --mount=type=cache,id=kiln-wheel-cache,target=/kiln/wheel-cache,sharing=locked \
+    --mount=type=cache,id=kiln-torch-src,target=/kiln/torch-src,sharing=locked \
+    . /kiln/sources.sh \
+    && . /kiln/ext/build.sh \
+    && export MAX_JOBS="${MAX_JOBS:-$(kiln_jobs 4)}" \
+    && kiln_torch_wheel torch-2.7.1-cu128-py3.12-31375093c712 https://github.com/pytorch/pytorch v2.7.1 \
+    && ls -l /opt/kiln-torch
+
+# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own
+FROM base AS torch
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    --mount=type=bind,from=torch-build,source=/opt/kiln-torch,target=/kiln/torch-wheel \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv venv --python python3.12 /opt/venv \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python /kiln/torch-wheel/torch-*.whl -r /kiln/requirements-torch.txt \
+    && mkdir -p /etc/pip \
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+
+# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
+FROM torch AS dev
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+COPY .kiln/bin/uv /usr/local/bin/uv
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
+    TORCH_CUDA_ARCH_LIST="7.0;10.0+PTX"
+LABEL org.opencontainers.image.title="acme/torch-src" \
+      org.opencontainers.image.version="latest" \
+      org.opencontainers.image.base.name="nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.7.1" \
+      io.torchkiln.variant="cu128" \
+      io.torchkiln.python="3.12" \
+      io.torchkiln.cuda="12.8" \
+      io.torchkiln.arch-list="7.0;10.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.0;10.0+PTX" \
+      io.torchkiln.targets="V100=7.0,B200=10.0" \
+      io.torchkiln.min-driver="525.60.13"
+WORKDIR /workspace
+USER 1000:1000
+CMD ["bash"]
+
+# runtime: base + venv + app, nothing else: no compilers, no package caches, non-root by default
+FROM base AS runtime
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+COPY --from=torch /opt/venv /opt/venv
+COPY --from=torch /etc/pip/constraint.txt /etc/pip/constraint.txt
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    PIP_CONSTRAINT="/etc/pip/constraint.txt" \
+    UV_CONSTRAINT="/etc/pip/constraint.txt" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_REQUIRE_CUDA="cuda>=12.0" \
+    TORCH_CUDA_ARCH_LIST="7.0;10.0+PTX"
+LABEL org.opencontainers.image.title="acme/torch-src" \
+      org.opencontainers.image.version="latest" \
+      org.opencontainers.image.base.name="nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04" \
+      io.torchkiln.version="0.1.0" \
+      io.torchkiln.torch="2.7.1" \
+      io.torchkiln.variant="cu128" \
+      io.torchkiln.python="3.12" \
+      io.torchkiln.cuda="12.8" \
+      io.torchkiln.arch-list="7.0;10.0+PTX" \
+      io.torchkiln.wheel-arch-list="7.0;10.0+PTX" \
+      io.torchkiln.targets="V100=7.0,B200=10.0" \
+      io.torchkiln.min-driver="525.60.13"
+WORKDIR /workspace
+USER 1000:1000
+CMD ["python"]
