@@ -228,6 +228,8 @@ def _arch(lines: list[str]) -> Diagnosis | None:
 _MISMATCH = re.compile(
     r"The detected CUDA version \((?P<have>[^)]+)\) mismatches the version that was used to compile\s*"
     r"(?:PyTorch \((?P<want>[^)]+)\))?"
+    r"|The detected CUDA version \((?P<minor_have>[^)]+)\) has a minor version mismatch with the version that was "
+    r"used to compile PyTorch \((?P<minor_want>[^)]+)\)"
     r"|Cuda extensions are being compiled with a version of Cuda that does not match"
     r"|Installed CUDA version (?P<ds_have>\S+) does not match the version torch was compiled with (?P<ds_want>\S+)"
     r"|kiln: CUDA toolkit mismatch: nvcc is CUDA (?P<k_have>\S+), torch was built with CUDA (?P<k_want>\S+),"
@@ -241,8 +243,8 @@ def _mismatch(lines: list[str]) -> Diagnosis | None:
     have = want = None
     for h in hits:
         g = h.match.groupdict()
-        have = g.get("have") or g.get("ds_have") or g.get("k_have") or have
-        want = g.get("want") or g.get("ds_want") or g.get("k_want") or want
+        have = g.get("have") or g.get("minor_have") or g.get("ds_have") or g.get("k_have") or have
+        want = g.get("want") or g.get("minor_want") or g.get("ds_want") or g.get("k_want") or want
     if want is None:
         m = next((re.search(r"compiled with Cuda (\d+\.\d+)", x) for x in lines if "compiled with Cuda" in x), None)
         want = m.group(1) if m else None
@@ -264,7 +266,7 @@ def _mismatch(lines: list[str]) -> Diagnosis | None:
 
 
 _NO_NVCC = re.compile(
-    r"CUDA_HOME environment variable is not set|nvcc was not found|OSError: CUDA_HOME"
+    r"CUDA_HOME environment variable is not set|nvcc was not found|OSError: CUDA_HOME|CUDA was not found on the system"
     r"|No CUDA runtime is found, using CUDA_HOME=''|(?:/usr/local/cuda|CUDA_HOME)/bin/nvcc: (?:not found|No such file)"
 )
 
