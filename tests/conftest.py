@@ -21,6 +21,7 @@ import shutil
 import ssl
 import subprocess
 import tarfile
+import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -168,6 +169,12 @@ def image_config(archive: Path) -> str:
 # -- the CPU example, built once --------------------------------------------------------------------
 
 
+def context_dir(name: str) -> Path:
+    """A build-context folder that is the same on every run: BuildKit keeps one snapshot of a
+    context per folder, so fresh temporary folders would pile up copies of the torch wheel."""
+    return Path(tempfile.gettempdir()) / "kiln-test-contexts" / name
+
+
 def copy_example(dest: Path, spec: str = "cpu.toml") -> Path:
     """A private copy of an example spec and its app folder; returns the spec path."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -205,6 +212,12 @@ def example_copy():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def stable_context():  # type: ignore[no-untyped-def]
+    """``stable_context(name) -> Path``: a build-context folder reused across runs."""
+    return context_dir
+
+
+@pytest.fixture(scope="session")
 def layer_files():  # type: ignore[no-untyped-def]
     """``layer_files(archive)``: iterate the entries of every layer of a saved image."""
     return iter_layer_files
@@ -236,7 +249,7 @@ class BuiltImage:
 @pytest.fixture(scope="session")
 def cpu_build(
     docker_engine: Engine, offline_base: str, mirror: Mirror, tmp_path_factory: pytest.TempPathFactory
-) -> BuiltImage:
+) -> Iterator[BuiltImage]:
     if not mirror.has("torch", "2.13.0+cpu"):
         pytest.skip("the configured mirror has no CPU torch 2.13.0 wheel")
     work = tmp_path_factory.mktemp("cpu-build")
@@ -245,8 +258,9 @@ def cpu_build(
     options = BuildOptions(
         base=offline_base,
         tag="kiln-test/example-cpu:session",
-        context_dir=work / "context",
+        context_dir=context_dir("cpu-session"),
         flags=mirror.with_ca(ca),
     )
     summary = build_image(spec, docker_engine, options, env={})
-    return BuiltImage(docker_engine, spec, options, summary, marker)
+    yield BuiltImage(docker_engine, spec, options, summary, marker)
+    docker_engine.remove_image(summary.image)  # the layers stay in the build cache for the next run

@@ -14,13 +14,14 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
 def test_cu130_example_has_cuda_13(
-    docker_engine: Engine, offline_base: str, mirror: Any, example_copy: Any, tmp_path: Path
+    docker_engine: Engine, offline_base: str, mirror: Any, example_copy: Any, tmp_path: Path,
+    stable_context: Any,
 ) -> None:
     if not mirror.has("torch", "2.14.1"):
         pytest.skip("the configured mirror has no torch 2.14.1 (cu130) wheel")
     spec = example_copy(tmp_path / "spec", "cu130-hopper.toml")
     tag = "kiln-test/example-cu130:test"
-    options = BuildOptions(base=offline_base, tag=tag, context_dir=tmp_path / "context", flags=mirror.layer)
+    options = BuildOptions(base=offline_base, tag=tag, context_dir=stable_context("cu130"), flags=mirror.layer)
     summary = build_image(spec, docker_engine, options, env={})
     r = docker_engine.run(
         tag,

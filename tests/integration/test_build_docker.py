@@ -6,6 +6,7 @@ import functools
 import http.server
 import json
 import re
+import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -109,7 +110,9 @@ def test_ca_secret_is_in_no_layer_and_no_history(
 
 
 def _rebuild(cpu_build: Any, spec: Path, tmp: Path, tag: str, **changes: Any) -> BuildOptions:
-    return replace(cpu_build.options, tag=tag, context_dir=tmp / "context", **changes)
+    # a context folder that is the same on every run (see the stable_context fixture in conftest)
+    ctx = Path(tempfile.gettempdir()) / "kiln-test-contexts" / tag.rsplit(":", 1)[1]
+    return replace(cpu_build.options, tag=tag, context_dir=ctx, **changes)
 
 
 def test_app_edit_reuses_torch_layer(cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:

@@ -14,13 +14,14 @@ pytestmark = [pytest.mark.engine, pytest.mark.podman, pytest.mark.slow]
 
 
 def test_cpu_example_builds_and_runs_with_podman(
-    podman_engine: Engine, podman_base: str, mirror: Any, example_copy: Any, tmp_path: Path
+    podman_engine: Engine, podman_base: str, mirror: Any, example_copy: Any, tmp_path: Path,
+    stable_context: Any,
 ) -> None:
     if not mirror.has("torch", "2.13.0+cpu"):
         pytest.skip("the configured mirror has no CPU torch 2.13.0 wheel")
     spec = example_copy(tmp_path / "spec")
     tag = "localhost/kiln-test/example-cpu:podman"
-    options = BuildOptions(base=podman_base, tag=tag, context_dir=tmp_path / "context", flags=mirror.layer)
+    options = BuildOptions(base=podman_base, tag=tag, context_dir=stable_context("podman-cpu"), flags=mirror.layer)
     summary = build_image(spec, podman_engine, options, env={})
     assert summary.engine["name"] == "podman"
     assert {s.name for s in summary.stages} >= {"torch", "runtime"}

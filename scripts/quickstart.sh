@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# From a fresh Debian/Ubuntu machine to the CPU example running in a container, without a registry:
+#   1. installs what is missing (python3-venv, debootstrap, docker.io) with apt,
+#   2. makes .venv and installs torchkiln into it,
+#   3. starts the Docker daemon if no engine is usable,
+#   4. bootstraps an offline base image (kiln base bootstrap: debootstrap + python3, cached by tag),
+#   5. builds examples/cpu.toml on it and runs it.
+#
+# Package sources: the KILN_* variables if any is set (KILN_FIND_LINKS, KILN_INDEX_URL,
+# KILN_TORCH_INDEX, KILN_CA_BUNDLE, ...), else this machine's pip configuration. The CPU example
+# needs torch 2.13.0+cpu: a wheel folder (KILN_FIND_LINKS) or the CPU torch index (KILN_TORCH_INDEX).
+# See docs/build.md. Safe to re-run: every step is skipped or cached when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "1/5 system packages"
+need=()
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v dockerd >/dev/null 2>&1 || command -v podman >/dev/null 2>&1 || need+=(docker.io)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+else
+  echo "nothing to install"
+fi
+
+step "2/5 torchkiln in .venv"
+if ! .venv/bin/python -c "import torchkiln" >/dev/null 2>&1; then
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e .
+fi
+KILN=(.venv/bin/kiln)
+"${KILN[@]}" --version
+
+step "3/5 container engine"
+engine_ok() { .venv/bin/python -c "from torchkiln.engines import get_engine; get_engine()" >/dev/null 2>&1; }
+if ! engine_ok; then
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+    $SUDO systemctl start docker
+  else
+    echo "starting dockerd in the background (log: /tmp/kiln-dockerd.log)"
+    $SUDO sh -c 'setsid dockerd >/tmp/kiln-dockerd.log 2>&1 < /dev/null &'
+  fi
+  for _ in $(seq 1 60); do engine_ok && break; sleep 1; done
+fi
+# prints the engine that will be used, or exits with the reason and what to install (exit code 5)
+.venv/bin/python -c "from torchkiln.engines import get_engine; i = get_engine().info; print(f'{i.name} {i.server_version} ({i.builder}) at {i.binary}')" \
+  || { "${KILN[@]}" build examples/cpu.toml --dry-run; exit 5; }
+
+step "4/5 offline base image"
+if [ -n "$SUDO" ]; then
+  $SUDO "${KILN[@]}" base bootstrap
+else
+  "${KILN[@]}" base bootstrap
+fi
+
+step "5/5 build and run the CPU example"
+sources=()
+if ! env | grep -q '^KILN_\(INDEX_URL\|EXTRA_INDEX_URL\|FIND_LINKS\|TORCH_INDEX\)='; then
+  if .venv/bin/python -m pip config list 2>/dev/null | grep -q 'index-url\|find-links'; then
+    sources+=(--sources-from-pip)
+  fi
+fi
+"${KILN[@]}" build examples/cpu.toml --base kiln-base:bookworm "${sources[@]}"
+"${KILN[@]}" run examples/cpu.toml --no-interactive
+"${KILN[@]}" run examples/cpu.toml --no-interactive -- python -c "import torch; print('import torch OK:', torch.__version__)"
+printf '\nDone. Next: edit examples/apps/cpu_app.py and run the build again (only the app layer is rebuilt).\n'
