@@ -224,6 +224,11 @@ def import_times(engine: Engine, image: str, runs: int, env: dict[str, str] | No
     return {"import_s": statistics.median(imports), "container_s": statistics.median(walls)}
 
 
+def _ratio(a: float, b: float, digits: int = 2) -> float | None:
+    """a / b, or None where a scenario was not run."""
+    return round(a / b, digits) if a and b else None
+
+
 @dataclass
 class Result:
     approach: str
@@ -260,6 +265,7 @@ class Bench:
         self.engine = get_engine(args.engine, self.runner)
         self.workload = WORKLOADS[args.workload]
         self.run_id = f"bench-{os.getpid()}-{int(time.time())}"
+        self.built: set[str] = set()  # every image id this run made (removed by cleanup)
         self.work = Path(tempfile.mkdtemp(prefix=f"kiln-bench-{args.workload}-"))
         self.spec = self.work / "spec" / self.workload.spec
         self.spec.parent.mkdir(parents=True)
@@ -295,6 +301,7 @@ class Bench:
             out = self.engine.build(ctx, df, target="runtime", secrets=prepared.secrets,
                                     network=prepared.network, no_cache=no_cache)
         self.engine.tag(out.image_id, tag)
+        self.built.add(out.image_id)
         return time.monotonic() - start, out
 
     def requirements(self) -> tuple[list[str], list[str], list[str]]:
@@ -329,6 +336,7 @@ class Bench:
         start = time.monotonic()
         out = self.engine.build(ctx, ctx / "Dockerfile", secrets=secrets, network="host", no_cache=no_cache)
         self.engine.tag(out.image_id, tag)
+        self.built.add(out.image_id)
         return time.monotonic() - start, out
 
     def edit_app(self) -> None:
@@ -382,7 +390,7 @@ class Bench:
                 results[a].notes["cold_steps"] = [s.to_dict() for s in out.steps]
                 results[a].notes["cold_export_s"] = sum(s.seconds or 0 for s in out.steps if s.stage == "export")
             self.edit_app()
-            for a in approaches:
+            for a in approaches if "edit" in self.args.scenarios else ():
                 log(f"{a}: rebuild after an app edit")
                 results[a].app_edit_s, out = build(a)
                 results[a].notes["app_edit_rebuilt"] = [s.title for s in out.steps
@@ -407,10 +415,10 @@ class Bench:
                     pyc = self.engine.run(r.image, ["sh", "-c", "find /opt/venv -name '*.pyc' | wc -l"], check=True)
                     r.notes["pyc_files"] = int(pyc.stdout.strip().splitlines()[-1])
             self.add_package()
-            for a in approaches:
+            for a in approaches if "add" in self.args.scenarios else ():
                 log(f"{a}: rebuild after adding {self.workload.extra_package}")
                 results[a].add_package_s, _ = build(a)
-        if "torchkiln" in approaches:
+        if "torchkiln" in approaches and "edit" in self.args.scenarios and self.args.cli_rebuild:
             results["torchkiln"].notes["kiln_build_cli_app_edit_s"] = self.cli_rebuild(kiln_base)
         for a in ("torchkiln", "tuned"):
             if a in approaches:
@@ -442,20 +450,21 @@ class Bench:
             print(f"{r.approach:<10} {r.cold_s:8.1f} {r.app_edit_s:11.2f} {r.add_package_s:10.1f} "
                   f"{r.size_bytes / 1e6:9.0f} {r.overhead_pct:10.1f}% {r.import_s:9.2f}")
             rows.append(r.to_dict())
-        ratios: dict[str, dict[str, float]] = {}
+        ratios: dict[str, dict[str, float | None]] = {}
         if naive is not None:
             print("\nratios (naive / approach; > 1 means faster or smaller than naive):")
             for r in results.values():
                 ratios[r.approach] = {
-                    "cold": round(naive.cold_s / r.cold_s, 2),
-                    "app_edit": round(naive.app_edit_s / r.app_edit_s, 2),
-                    "add_package": round(naive.add_package_s / r.add_package_s, 2),
-                    "size": round(naive.size_bytes / r.size_bytes, 3),
-                    "import": round(naive.import_s / r.import_s, 3),
+                    "cold": _ratio(naive.cold_s, r.cold_s),
+                    "app_edit": _ratio(naive.app_edit_s, r.app_edit_s),
+                    "add_package": _ratio(naive.add_package_s, r.add_package_s),
+                    "size": _ratio(naive.size_bytes, r.size_bytes, 3),
+                    "import": _ratio(naive.import_s, r.import_s, 3),
                 }
                 q = ratios[r.approach]
-                print(f"  {r.approach:<10} cold ×{q['cold']:<6} app edit ×{q['app_edit']:<7} "
-                      f"add package ×{q['add_package']:<6} size ×{q['size']:<6} import ×{q['import']}")
+                shown = {k: "-" if v is None else str(v) for k, v in q.items()}
+                print(f"  {r.approach:<10} cold ×{shown['cold']:<6} app edit ×{shown['app_edit']:<7} "
+                      f"add package ×{shown['add_package']:<6} size ×{shown['size']:<6} import ×{shown['import']}")
         targets: dict[str, dict[str, Any]] = {}
         for name in ("torchkiln", "tuned"):
             tk = results.get(name)
@@ -463,12 +472,12 @@ class Bench:
                 continue
             hp, two = results.get("hpccm"), results.get("twostage")
             targets[name] = {
-                "cold_vs_hpccm": round(hp.cold_s / tk.cold_s, 2) if hp else None,
+                "cold_vs_hpccm": _ratio(hp.cold_s, tk.cold_s) if hp else None,
                 "app_edit_build_s": round(tk.app_edit_s, 3),
                 "app_edit_kiln_cli_s": tk.notes.get("kiln_build_cli_app_edit_s"),
-                "add_package_vs_twostage": round(two.add_package_s / tk.add_package_s, 2) if two else None,
+                "add_package_vs_twostage": _ratio(two.add_package_s, tk.add_package_s) if two else None,
                 "overhead_pct": round(tk.overhead_pct, 2),
-                "import_vs_naive": round(tk.import_s / naive.import_s, 3) if naive else None,
+                "import_vs_naive": _ratio(tk.import_s, naive.import_s, 3) if naive else None,
                 "import_without_bytecode_s": tk.notes.get("import_without_bytecode_s"),
             }
             print(f"\ntargets {name}:", json.dumps(targets[name]))
@@ -489,6 +498,8 @@ class Bench:
         for a in APPROACHES:
             self.engine.remove_image(f"kiln-bench/{self.workload.name}-{a}:latest")
         self.engine.remove_image(f"kiln-bench/{self.workload.name}-cli:latest")
+        for image_id in self.built:  # earlier builds of a tag, left untagged by the rebuilds
+            self.runner.run([self.engine.info.binary, "rmi", image_id], check=False)
         if self.engine.name == "docker":
             # the run's cache mounts have ids of their own; the 20.10 CLI cannot prune by id, so
             # prune every cache mount not in use (package caches only: they refill on the next build)
@@ -502,7 +513,12 @@ def main() -> int:
     p.add_argument("--approaches", default=",".join(APPROACHES))
     p.add_argument("--engine", default="docker")
     p.add_argument("--import-runs", type=int, default=5)
+    p.add_argument("--scenarios", default="cold,edit,add",
+                   help="which rebuild scenarios to run besides the cold build (edit, add); size and import always")
     p.add_argument("--out", type=Path, help="write the JSON report here")
+    p.add_argument("--cli-rebuild", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time a real `kiln build` after an app edit (it builds once with the real cache ids "
+                        "first: skip it for big workloads on a small disk)")
     p.add_argument("--keep", action="store_true", help="keep the work folder, the images and the cache mounts")
     args = p.parse_args()
     bench = Bench(args)

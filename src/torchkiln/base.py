@@ -301,7 +301,7 @@ def bootstrap(
     debootstrap = runner.which(
         "debootstrap",
         install_hint="Install debootstrap (Debian/Ubuntu: `apt-get install debootstrap`), or load a base image "
-        "made elsewhere with `docker load` / `podman load` and name it in [base] image.",
+        "made elsewhere with `docker load` / `podman load` and name it as `image` in the spec's `base` table.",
     )
     if os.geteuid() != 0:
         raise EngineMissingError(

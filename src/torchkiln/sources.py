@@ -401,7 +401,10 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
         if not folder.is_dir():
             raise SourceError(
                 f"wheel folder {folder} does not exist or is not a folder.",
-                hint="Fix --find-links / KILN_FIND_LINKS / [sources] find_links (a folder of .whl files or an URL).",
+                hint=(
+                    "Fix --find-links, KILN_FIND_LINKS or find_links in the spec's sources table "
+                    "(a folder of wheels, or a URL)."
+                ),
             )
         for f in sorted(folder.iterdir()):
             if not f.is_file() or not f.name.endswith(_DIST_SUFFIXES) or (dest / f.name).exists():

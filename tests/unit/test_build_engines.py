@@ -137,7 +137,8 @@ def test_failure_classification() -> None:
     step = StepRecord("#7", "torch", "RUN --mount=type=secret,id=kiln-uv . /kiln/sources.sh && uv pip install torch")
     step.log += ["error: Failed to fetch: `http://127.0.0.1:4000/simple/torch/`", "  Caused by: Connection refused"]
     err = classify_build_failure(step, "")
-    assert isinstance(err, SourceError) and "[torch]" in err.message
+    assert isinstance(err, SourceError) and "stage 'torch'" in err.message
+    assert "[" not in err.message  # the CLI prints messages as rich markup
     assert err.details is not None and "Connection refused" in err.details
 
     step = StepRecord("#8", "packages", "RUN uv pip install nope")
@@ -152,10 +153,10 @@ def test_build_failure_error_is_a_build_error() -> None:
     step.log += ["Resolved 3 packages", "error: No solution found"]
     err = build_failure("docker", step, _result("error: failed to solve: exit code: 1\n"))
     assert isinstance(err, BuildError)
-    assert err.message == "docker build failed at step [packages] RUN uv pip install nope."
+    assert err.message == "docker build failed at stage 'packages', step RUN uv pip install nope."
     assert err.details is not None
     assert err.details.splitlines() == [
-        "failing step [packages] RUN uv pip install nope:",
+        "failing stage 'packages', step RUN uv pip install nope:",
         "  Resolved 3 packages",
         "  error: No solution found",
         "error: failed to solve: exit code: 1",

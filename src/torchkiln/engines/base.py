@@ -340,7 +340,7 @@ def classify_build_failure(
                 f"{name} is not in the engine's local store and cannot be pulled.",
                 hint=(
                     "Make an offline base with `kiln base bootstrap` and build on it "
-                    "(`kiln build SPEC --base kiln-base:bookworm`, or `[base] image` in kiln.toml), "
+                    "(`kiln build SPEC --base kiln-base:bookworm`, or `image` in the `base` table of kiln.toml), "
                     f"or load the image into the engine (`docker load` / `podman load`) as {name}."
                 ),
                 details=details,
@@ -361,7 +361,8 @@ def classify_build_failure(
 def _step_title(step: StepRecord | None) -> str:
     if step is None:
         return "the build"
-    return f"step [{step.stage}] {step.title}" if step.stage else f"step {step.title}"
+    # no square brackets: the CLI prints messages as rich markup
+    return f"stage '{step.stage}', step {step.title}" if step.stage else f"step {step.title}"
 
 
 def _failure_details(step: StepRecord | None, output_tail: str, lines: int = 25) -> str:

@@ -151,8 +151,8 @@ def ensure_base(engine: Engine, plan: BuildPlan) -> None:
             f"the base image {base} is not in {engine.name}'s local store and cannot be pulled.",
             hint=(
                 "Without a registry, make a base offline: `kiln base bootstrap` (Debian bookworm + Python 3.11), "
-                "then build with `--base kiln-base:bookworm` or set `[base] image = \"kiln-base:bookworm\"` in "
-                f"kiln.toml. Or load an image you have (`{engine.name} load -i FILE`) and tag it {base}."
+                "then build with `--base kiln-base:bookworm` or set `image = \"kiln-base:bookworm\"` in the `base` "
+                f"table of kiln.toml. Or load an image you have (`{engine.name} load -i FILE`) and tag it {base}."
             ),
         )
     labels = engine.inspect_image(base).labels
@@ -161,8 +161,8 @@ def ensure_base(engine: Engine, plan: BuildPlan) -> None:
         raise ResolveError(
             f"the base image {base} has Python {python}, but the spec asks for Python {plan.python}.",
             hint=(
-                f"Set [python] version = \"{python}\" in kiln.toml, or bootstrap a suite whose python3 is "
-                f"{plan.python} (`kiln base bootstrap --suite SUITE`)."
+                f"Set `version = \"{python}\"` in the `python` table of kiln.toml, or bootstrap a suite whose "
+                f"python3 is {plan.python} (`kiln base bootstrap --suite SUITE`)."
             ),
         )
 
