@@ -46,6 +46,13 @@ def test_spec_error_json(capsys, tmp_path: Path) -> None:
     assert data["error"] == "SpecError" and "Did you mean 'targets'" in data["message"]
 
 
+def test_error_text_keeps_table_names(capsys, tmp_path: Path) -> None:
+    p = tmp_path / "kiln.toml"
+    p.write_text('[image]\nname = "a"\n[torch]\nverison = "2.5.1"\n')
+    code, _, err = run(capsys, "resolve", str(p))
+    assert code == 3 and "unknown key 'verison' in [torch]" in err
+
+
 def test_debug_shows_the_traceback(capsys, tmp_path: Path) -> None:
     code, _, err = run(capsys, "--debug", "resolve", str(tmp_path / "missing.toml"))
     assert code == 3 and "Traceback" in err

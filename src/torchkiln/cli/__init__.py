@@ -13,6 +13,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from typer.exceptions import TyperException
 
 from torchkiln import __version__
@@ -97,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 def _report(e: KilnError, wants_json: bool) -> None:
     if wants_json:
         print(json.dumps(e.to_dict(), indent=2))
-    err_console.print(f"[bold red]error:[/bold red] {e.message}", highlight=False, soft_wrap=True)
+    # messages name spec tables such as [torch]: escape them, or rich would read them as markup
+    err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False, soft_wrap=True)
     if e.details:
         err_console.print(e.details, highlight=False, markup=False, soft_wrap=True)
     if e.hint:
-        err_console.print(f"[bold]fix:[/bold] {e.hint}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold]fix:[/bold] {escape(e.hint)}", highlight=False, soft_wrap=True)
