@@ -63,10 +63,12 @@ fi
 
 step "5/5 build and run the CPU example"
 sources=()
-if ! env | grep -q '^KILN_\(INDEX_URL\|EXTRA_INDEX_URL\|FIND_LINKS\|TORCH_INDEX\)='; then
-  if .venv/bin/python -m pip config list 2>/dev/null | grep -q 'index-url\|find-links'; then
-    sources+=(--sources-from-pip)
-  fi
+# (no `cmd | grep -q` here: with pipefail, grep's early exit makes the pipeline fail)
+kiln_vars=$(env | grep -E '^KILN_(INDEX_URL|EXTRA_INDEX_URL|FIND_LINKS|TORCH_INDEX)=' || true)
+pip_config=$(.venv/bin/python -m pip config list 2>/dev/null || true)
+if [ -z "$kiln_vars" ] && grep -qE 'index-url|find-links' <<<"$pip_config"; then
+  echo "package sources: this machine's pip configuration (--sources-from-pip)"
+  sources+=(--sources-from-pip)
 fi
 "${KILN[@]}" build examples/cpu.toml --base kiln-base:bookworm "${sources[@]}"
 "${KILN[@]}" run examples/cpu.toml --no-interactive
