@@ -8,6 +8,7 @@ import json
 import re
 import tempfile
 import threading
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,11 @@ def test_ca_secret_is_in_no_layer_and_no_history(
     assert "kiln-ca" not in history.replace("id=kiln-ca", "")  # the mount option may be named, never content
 
 
+def _unique(project: str) -> str:
+    """A requirement that resolves like ``project`` but whose text differs on every run."""
+    return f"{project}!=0.0.{uuid.uuid4().int % 10**9}"
+
+
 def _rebuild(cpu_build: Any, spec: Path, tmp: Path, tag: str, **changes: Any) -> BuildOptions:
     # a context folder that is the same on every run (see the stable_context fixture in conftest)
     ctx = Path(tempfile.gettempdir()) / "kiln-test-contexts" / tag.rsplit(":", 1)[1]
@@ -118,7 +124,8 @@ def _rebuild(cpu_build: Any, spec: Path, tmp: Path, tag: str, **changes: Any) ->
 def test_app_edit_reuses_torch_layer(cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:
     spec = example_copy(tmp_path / "spec")
     app = spec.parent / "apps" / "cpu_app.py"
-    app.write_text(app.read_text() + "\nprint('edited')\n")
+    # a unique edit: the same edit as an earlier run would be a (correct) cache hit
+    app.write_text(app.read_text() + f"\nprint('edited {uuid.uuid4().hex}')\n")
     options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:edited")
     summary = build_image(spec, cpu_build.engine, options, env={})
     torch_steps = [s for s in summary.steps if s.stage == "torch" and s.name.startswith("RUN")]
@@ -127,7 +134,7 @@ def test_app_edit_reuses_torch_layer(cpu_build: Any, tmp_path: Path, example_cop
     assert app_steps and app_steps[0].status == "done"
     assert summary.cache_misses == 1  # only the app COPY ran again
     r = cpu_build.engine.run(summary.image, ["python", "apps/cpu_app.py"], check=False)
-    assert r.stdout.strip().endswith("edited")
+    assert "edited" in r.stdout.strip().splitlines()[-1]
     # same torch layer in both images
     a = cpu_build.engine.inspect_image(cpu_build.ref)
     b = cpu_build.engine.inspect_image(summary.image)
@@ -137,7 +144,8 @@ def test_app_edit_reuses_torch_layer(cpu_build: Any, tmp_path: Path, example_cop
 
 def test_added_package_keeps_torch_layer(cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:
     spec = example_copy(tmp_path / "spec")
-    text = spec.read_text().replace('pip = ["six==1.16.0"]', 'pip = ["six==1.16.0", "idna"]')
+    # a specifier unique to this run, so that the packages step really runs again on every run
+    text = spec.read_text().replace('pip = ["six==1.16.0"]', f'pip = ["six==1.16.0", "{_unique("idna")}"]')
     assert "idna" in text
     spec.write_text(text)
     options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:plus-idna")
@@ -194,7 +202,8 @@ def test_index_unreachable_inside_the_build_is_a_source_error(
     try:
         spec = example_copy(tmp_path / "spec")
         # a package not built before, so the install step really runs
-        spec.write_text(spec.read_text().replace('pip = ["six==1.16.0"]', 'pip = ["six==1.16.0", "attrs"]'))
+        pip = f'pip = ["six==1.16.0", "{_unique("attrs")}"]'
+        spec.write_text(spec.read_text().replace('pip = ["six==1.16.0"]', pip))
         url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
         flags = replace(cpu_build.options.flags, index_url=url, extra_index_urls=(), network="default")
         tag = "kiln-test/example-cpu:no-network"
