@@ -38,9 +38,14 @@ def test_cpu_example_builds_and_runs_with_podman(
     again = build_image(spec, podman_engine, options, env={})
     torch_run = [s for s in again.steps if s.stage == "torch" and s.name.startswith("RUN")]
     assert torch_run and torch_run[0].status == "cached"
-    # buildah commits a layer per instruction: what runs again is the app COPY and what follows it
+    # buildah commits a layer per instruction: the app COPY and the USER and CMD after it run again;
+    # podman 4.3 sometimes also redoes the small COPY --from=packages layer (its cache check for
+    # COPY --from a stage built in the same run), never the torch venv
+    venv_copy = [s for s in again.steps if s.name.startswith("COPY --from=torch /opt/venv")]
+    assert venv_copy and venv_copy[0].status == "cached"
     rebuilt = [s.name for s in again.steps
                if s.is_instruction and not s.name.startswith("FROM") and s.status != "cached"]
-    assert rebuilt and "cpu_app.py" in rebuilt[0], rebuilt
-    assert all(n.split()[0] in ("COPY", "USER", "CMD") for n in rebuilt), rebuilt
+    assert any("cpu_app.py" in n for n in rebuilt), rebuilt
+    allowed = ("COPY --chown=kiln:kiln apps/", "COPY --from=packages ", "USER ", "CMD ")
+    assert all(n.startswith(allowed) for n in rebuilt), rebuilt
     podman_engine.remove_image(tag)
