@@ -135,7 +135,10 @@ def print_summary(summary: BuildSummary, spec: Path) -> None:
     console.print(table)
     if summary.pushed:
         console.print(f"  pushed {summary.image}")
-    console.print(f"run it: kiln run {spec} -- python -c 'import torch; print(torch.__version__)'", highlight=False)
+    target = "" if summary.target == "runtime" else f" --target {summary.target}"
+    console.print(
+        f"run it: kiln run {spec}{target} -- python -c 'import torch; print(torch.__version__)'", highlight=False
+    )
 
 
 @app.command("build")
