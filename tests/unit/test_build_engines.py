@@ -174,3 +174,24 @@ def test_cli_without_engine_exits_5_with_a_clear_message(tmp_path: Path) -> None
     assert "no usable container engine" in r.stderr
     assert "apt-get install docker.io" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("log", "kind_words", "hint_words"),
+    [
+        ("oom-cc1plus-memory-700m.log", "memory", "MAX_JOBS"),
+        ("isolation-uv-buildkit.log", "No module named 'torch'", "no-build-isolation"),
+        ("arch-compute70-cuda13.log", "architecture", "TORCH_CUDA_ARCH_LIST"),
+    ],
+)
+def test_build_failure_diagnoses_real_extension_logs(log: str, kind_words: str, hint_words: str) -> None:
+    """A failed build's error names the recognised cause and its fix, with the failing lines."""
+    from torchkiln.engines.base import build_failure
+
+    text = (ROOT / "tests" / "fixtures" / "buildlogs" / log).read_text()
+    step = StepRecord("#12", "extensions", "RUN kiln_wheel my_op")
+    err = build_failure("docker", step, _result(text))
+    assert isinstance(err, BuildError)
+    assert kind_words.lower() in (err.message + (err.details or "")).lower()
+    assert err.hint is not None and hint_words in (err.hint + (err.details or ""))
+    assert err.details is not None and "fix:" in err.details

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from torchkiln.diagnose import diagnose, format_diagnoses
 from torchkiln.errors import BuildError, InputError, KilnError, SourceError
 from torchkiln.runner import Completed, Runner
 
@@ -387,6 +388,15 @@ def build_failure(
     specific = classify_build_failure(failing, result.tail(60), base_image=base_image)
     if specific is not None:
         return specific
+    # compiled extensions fail in recognisable ways (OOM-killed compilers, build isolation, archs
+    # the toolkit cannot target, toolkit/torch mismatch): say which, with the lines that show it
+    found = diagnose(result.output)
+    if found:
+        return BuildError(
+            f"{engine} build failed at {_step_title(failing)}: {found[0].title}",
+            hint=" ".join(dict.fromkeys(d.hint for d in found)),
+            details=_failure_details(failing, result.tail(60)) + "\n\n" + format_diagnoses(found),
+        )
     return BuildError(
         f"{engine} build failed at {_step_title(failing)}.",
         hint=(
