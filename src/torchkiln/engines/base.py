@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from torchkiln.diagnose import diagnose, format_diagnoses
 from torchkiln.errors import BuildError, InputError, KilnError, SourceError
@@ -130,6 +131,18 @@ class ImageDetails:
 ProgressCallback = Callable[[BuildEvent], None]
 
 
+class ProgressParser(Protocol):
+    """What an engine's build-output parser offers (see ``torchkiln.engines.progress``)."""
+
+    failed: StepRecord | None
+
+    @property
+    def steps(self) -> tuple[StepRecord, ...]: ...
+
+    def feed(self, line: str) -> None: ...
+    def finish(self, ok: bool) -> None: ...
+
+
 class Engine(ABC):
     """A container engine. Every method runs the engine's CLI through ``runner``."""
 
@@ -143,7 +156,6 @@ class Engine(ABC):
     def version(self) -> EngineInfo:
         return self.info
 
-    @abstractmethod
     def build(
         self,
         context: Path,
@@ -156,7 +168,29 @@ class Engine(ABC):
         no_cache: bool = False,
         progress: ProgressCallback | None = None,
     ) -> BuildOutcome:
-        """Build ``dockerfile`` in ``context``; the image is left untagged (tag it with ``tag``)."""
+        """Build ``dockerfile`` in ``context``; the image is left untagged (tag it with ``tag``).
+
+        Shared by the engines that build OCI images from a Dockerfile (docker, podman): each gives
+        its command line (``build_command``) and its progress parser (``_progress_parser``).
+        """
+        parser = self._progress_parser(progress)
+        name = self.info.name
+        with tempfile.TemporaryDirectory(prefix="kiln-iid-") as tmp:
+            iid = Path(tmp) / "iid"
+            cmd, env = self.build_command(
+                context, dockerfile, target=target, secrets=secrets, network=network,
+                labels=labels, no_cache=no_cache, iidfile=iid,
+            )
+            result = self.runner.run(cmd, env=env, on_line=parser.feed, check=False, what=f"{name} build")
+            parser.finish(result.returncode == 0)
+            if result.returncode != 0:
+                raise build_failure(name, parser.failed, result)
+            image_id = iid.read_text().strip() if iid.exists() else ""
+        return BuildOutcome(image_id=image_id, seconds=result.seconds, steps=parser.steps)
+
+    def _progress_parser(self, progress: ProgressCallback | None) -> ProgressParser:
+        """The parser of this engine's build output (engines that override ``build`` need none)."""
+        raise NotImplementedError(f"{type(self).__name__} has no build progress parser")
 
     @abstractmethod
     def build_command(

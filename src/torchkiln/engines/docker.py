@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from torchkiln.engines.base import BuildOutcome, Engine, EngineInfo, EngineName, ProgressCallback, build_failure
+from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback
 from torchkiln.engines.progress import BuildKitProgress
 from torchkiln.runner import Runner
 
@@ -71,31 +70,8 @@ class DockerEngine(Engine):
         cmd.append(str(context))
         return cmd, env
 
-    def build(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> BuildOutcome:
-        parser = BuildKitProgress(progress)
-        with tempfile.TemporaryDirectory(prefix="kiln-iid-") as tmp:
-            iid = Path(tmp) / "iid"
-            cmd, env = self.build_command(
-                context, dockerfile, target=target, secrets=secrets, network=network,
-                labels=labels, no_cache=no_cache, iidfile=iid,
-            )
-            result = self.runner.run(cmd, env=env, on_line=parser.feed, check=False, what="docker build")
-            parser.finish(result.returncode == 0)
-            if result.returncode != 0:
-                raise build_failure("docker", parser.failed, result)
-            image_id = iid.read_text().strip() if iid.exists() else ""
-        return BuildOutcome(image_id=image_id, seconds=result.seconds, steps=parser.steps)
+    def _progress_parser(self, progress: ProgressCallback | None) -> BuildKitProgress:
+        return BuildKitProgress(progress)
 
     def _gpu_flags(self) -> list[str]:
         return ["--gpus", "all"]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.engines.base import BuildOutcome, Engine, EngineInfo, EngineName, ProgressCallback, build_failure
+from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback
 from torchkiln.engines.docker import Probe, _version
 from torchkiln.engines.progress import PodmanProgress
 from torchkiln.runner import Runner
@@ -93,31 +92,8 @@ class PodmanEngine(Engine):
         cmd.append(str(context))
         return cmd, {}
 
-    def build(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> BuildOutcome:
-        parser = PodmanProgress(progress)
-        with tempfile.TemporaryDirectory(prefix="kiln-iid-") as tmp:
-            iid = Path(tmp) / "iid"
-            cmd, env = self.build_command(
-                context, dockerfile, target=target, secrets=secrets, network=network,
-                labels=labels, no_cache=no_cache, iidfile=iid,
-            )
-            result = self.runner.run(cmd, env=env, on_line=parser.feed, check=False, what="podman build")
-            parser.finish(result.returncode == 0)
-            if result.returncode != 0:
-                raise build_failure("podman", parser.failed, result)
-            image_id = iid.read_text().strip() if iid.exists() else ""
-        return BuildOutcome(image_id=image_id, seconds=result.seconds, steps=parser.steps)
+    def _progress_parser(self, progress: ProgressCallback | None) -> PodmanProgress:
+        return PodmanProgress(progress)
 
     def _run_flags(self) -> list[str]:
         """Explicit ulimits where podman's defaults cannot be applied (see ``needs_explicit_ulimits``)."""
