@@ -39,7 +39,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -704,7 +703,7 @@ def write_apptainer_context(
     plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
 ) -> list[Path]:
     """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
-    from torchkiln.render.context import find_uv
+    from torchkiln.render.context import find_uv, replaced_folder
 
     texts = apptainer_files(plan, options)  # validates the plan's values first
     local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
@@ -719,10 +718,7 @@ def write_apptainer_context(
         raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
     out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the build (maybe under --fakeroot) reads it
+    with replaced_folder(out_dir) as tmp:
         for rel, text in texts.items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -733,14 +729,4 @@ def write_apptainer_context(
         for item in local:
             assert item is not None
             _place(spec_dir / item, tmp / item)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            os.rename(out_dir, old / "ctx")
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return sorted(p for p in out_dir.rglob("*") if p.is_file())

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from torchkiln.errors import InputError, SpecError
@@ -74,6 +76,30 @@ def _place(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
+@contextmanager
+def replaced_folder(out_dir: Path) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir`` whole.
+
+    On any failure the temporary folder is removed and ``out_dir`` is left as it was, so a render
+    never leaves a half-written folder behind.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; builds (maybe under --fakeroot) and users read it
+        yield tmp
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            os.rename(out_dir, old / "ctx")
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
     """Write the complete build context into ``out_dir`` (replacing it). Returns the files written."""
     ext_paths = extensions.context_paths(plan)
@@ -97,9 +123,7 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
     out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with replaced_folder(out_dir) as tmp:
         for rel, text in context_files(plan).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -109,14 +133,4 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
         for item in (*plan.app.copy, *ext_paths):
             if not (tmp / item).exists():
                 _place(spec_dir / item, tmp / item)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            os.rename(out_dir, old / "ctx")
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return sorted(p for p in out_dir.rglob("*") if p.is_file())
