@@ -257,7 +257,7 @@ def cpu_build(
     ca, marker = make_marker_ca(work, mirror.layer.ca_bundle)
     options = BuildOptions(
         base=offline_base,
-        tag="kiln-test/example-cpu:session",
+        tag=f"kiln-test/example-cpu:session-{os.getpid()}",  # unique: parallel sessions share one daemon
         context_dir=context_dir("cpu-session"),
         flags=mirror.with_ca(ca),
     )

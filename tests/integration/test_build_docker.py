@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import re
 import tempfile
 import threading
@@ -41,7 +42,7 @@ def test_app_runs_as_its_command(cpu_build: Any) -> None:
 
 def test_summary(cpu_build: Any) -> None:
     s = cpu_build.summary
-    assert s.image == "kiln-test/example-cpu:session"
+    assert s.image == f"kiln-test/example-cpu:session-{os.getpid()}"
     assert s.image_id.startswith("sha256:")
     assert s.size_bytes > 100_000_000
     assert s.layers >= 3
