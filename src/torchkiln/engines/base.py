@@ -415,6 +415,34 @@ def _failure_details(step: StepRecord | None, output_tail: str, lines: int = 25)
     return "\n".join(parts)
 
 
+def build_flags(
+    context: Path,
+    *,
+    target: str | None,
+    secrets: Mapping[str, Path] | None,
+    network: str | None,
+    labels: Mapping[str, str] | None,
+    no_cache: bool,
+    iidfile: Path | None,
+) -> list[str]:
+    """The `build` options docker and podman spell alike, ending with the context folder."""
+    cmd: list[str] = []
+    if target:
+        cmd += ["--target", target]
+    for sid, path in sorted((secrets or {}).items()):
+        cmd += ["--secret", f"id={sid},src={path}"]
+    if network and network != "default":
+        cmd += ["--network", network]
+    for k, v in sorted((labels or {}).items()):
+        cmd += ["--label", f"{k}={v}"]
+    if no_cache:
+        cmd.append("--no-cache")
+    if iidfile is not None:
+        cmd += ["--iidfile", str(iidfile)]
+    cmd.append(str(context))
+    return cmd
+
+
 def build_failure(
     engine: str, failing: StepRecord | None, result: Completed, *, base_image: str | None = None
 ) -> KilnError:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback
+from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
 from torchkiln.engines.progress import BuildKitProgress
 from torchkiln.runner import Runner
 
@@ -55,19 +55,8 @@ class DockerEngine(Engine):
             cmd = [self.info.binary, "build"]
             env["DOCKER_BUILDKIT"] = "1"
         cmd += ["--progress", "plain", "-f", str(dockerfile)]
-        if target:
-            cmd += ["--target", target]
-        for sid, path in sorted((secrets or {}).items()):
-            cmd += ["--secret", f"id={sid},src={path}"]
-        if network and network != "default":
-            cmd += ["--network", network]
-        for k, v in sorted((labels or {}).items()):
-            cmd += ["--label", f"{k}={v}"]
-        if no_cache:
-            cmd.append("--no-cache")
-        if iidfile is not None:
-            cmd += ["--iidfile", str(iidfile)]
-        cmd.append(str(context))
+        cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
+                           no_cache=no_cache, iidfile=iidfile)
         return cmd, env
 
     def _progress_parser(self, progress: ProgressCallback | None) -> BuildKitProgress:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback
+from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
 from torchkiln.engines.docker import Probe, _version
 from torchkiln.engines.progress import PodmanProgress
 from torchkiln.runner import Runner
@@ -77,19 +77,8 @@ class PodmanEngine(Engine):
         iidfile: Path | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         cmd = [self.info.binary, "build", "--layers", "-f", str(dockerfile)]
-        if target:
-            cmd += ["--target", target]
-        for sid, path in sorted((secrets or {}).items()):
-            cmd += ["--secret", f"id={sid},src={path}"]
-        if network and network != "default":
-            cmd += ["--network", network]
-        for k, v in sorted((labels or {}).items()):
-            cmd += ["--label", f"{k}={v}"]
-        if no_cache:
-            cmd.append("--no-cache")
-        if iidfile is not None:
-            cmd += ["--iidfile", str(iidfile)]
-        cmd.append(str(context))
+        cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
+                           no_cache=no_cache, iidfile=iidfile)
         return cmd, {}
 
     def _progress_parser(self, progress: ProgressCallback | None) -> PodmanProgress:
