@@ -5,10 +5,6 @@ Approaches (all on the same engine, the same offline Debian bookworm base and th
 sources, in one run so that machine load affects them alike):
 
 - ``torchkiln``: the Dockerfile ``kiln build`` renders (uv, a torch layer of its own, a slim runtime);
-- ``tuned``: the same rendered Dockerfile with two changes proposed to the renderer, measured here
-  before they are made (see ``tune_dockerfile``): bytecode compiled only for what ``import torch``
-  loads instead of every file, and a runtime stage that starts from the torch stage instead of
-  copying its venv;
 - ``naive``: one stage, the app copied first, ``pip install`` leaving pip's cache in the layer;
 - ``twostage``: a conventional two-stage Dockerfile (``pip install --prefix`` in a builder with a
   pip cache mount, the result copied into a runtime stage, the app copied last);
@@ -59,7 +55,7 @@ from torchkiln.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-APPROACHES = ("torchkiln", "tuned", "naive", "twostage", "hpccm")
+APPROACHES = ("torchkiln", "naive", "twostage", "hpccm")
 
 
 @dataclass(frozen=True)
@@ -122,31 +118,6 @@ def hpccm_dockerfile(base: str, requirements: Path, app: list[str]) -> str:
     text = r.stdout
     # harness plumbing only: give hpccm's pip step the same package sources as every other approach
     return re.sub(r"^RUN pip3 ", f"RUN {PIP_MOUNTS} pip3 ", text, flags=re.M)
-
-
-def tune_dockerfile(text: str) -> str:
-    """The two renderer changes the benchmark measures (as a text transform of the rendered file).
-
-    1. ``UV_COMPILE_BYTECODE=0`` for the torch install, then one ``import torch`` (and of its
-       companions) at build time: the .pyc files of exactly the modules a fresh container imports
-       are written into the layer, instead of compiling all ~10k files of the wheel set.
-    2. ``FROM torch AS runtime`` instead of ``FROM base`` + ``COPY --from=torch /opt/venv``: the
-       runtime reuses the torch stage's layer instead of copying 0.9-6 GB into a second one.
-    """
-    torch_run = re.search(r"^FROM base AS torch\n(RUN .*?)(?=\n\n|\Z)", text, flags=re.S | re.M)
-    assert torch_run, "rendered Dockerfile has no torch stage"
-    block = torch_run.group(1)
-    tuned = block.replace(". /kiln/sources.sh \\", ". /kiln/sources.sh \\\n    && export UV_COMPILE_BYTECODE=0 \\", 1)
-    warm = (
-        "import importlib, importlib.util; "
-        '[importlib.import_module(m) for m in ("torch", "torchvision", "torchaudio") if importlib.util.find_spec(m)]'
-    )
-    tuned += f" \\\n    && /opt/venv/bin/python -c '{warm}'"
-    text = text.replace(block, tuned)
-    text = text.replace("FROM base AS runtime", "FROM torch AS runtime")
-    text = re.sub(r"^COPY --from=torch /opt/venv /opt/venv\n", "", text, flags=re.M)
-    text = re.sub(r"^COPY --from=torch /etc/pip/constraint.txt /etc/pip/constraint.txt\n", "", text, flags=re.M)
-    return text
 
 
 # -- package sources for pip ---------------------------------------------------------------------------
@@ -284,17 +255,15 @@ class Bench:
         return kiln, pip
 
     # torchkiln: the real renderer and sources; only the uv cache-mount id is made unique to this run
-    def torchkiln_build(
-        self, base: str, tag: str, *, no_cache: bool = False, tuned: bool = False
-    ) -> tuple[float, BuildOutcome]:
+    def torchkiln_build(self, base: str, tag: str, *, no_cache: bool = False) -> tuple[float, BuildOutcome]:
         plan, spec_dir = load_plan(self.spec, base=base)
-        ctx = self.work / ("ctx-tuned" if tuned else "ctx-torchkiln")
+        ctx = self.work / "ctx-torchkiln"
         start = time.monotonic()
         write_context(plan, spec_dir, ctx)
         df = ctx / "Dockerfile"
-        text = tune_dockerfile(df.read_text()) if tuned else df.read_text()
+        text = df.read_text()
         for target in ("/root/.cache/uv", "/var/cache/apt", "/var/lib/apt/lists"):
-            cache_id = f"{self.run_id}{'-tuned' if tuned else ''}{target}"
+            cache_id = f"{self.run_id}{target}"
             text = text.replace(f"type=cache,target={target}", f"type=cache,id={cache_id},target={target}")
         df.write_text(text)
         with src.prepare(self.sources, ctx) as prepared:
@@ -372,20 +341,20 @@ class Bench:
         approaches = [a for a in APPROACHES if a in self.args.approaches.split(",")]
         results = {
             a: Result(a, f"kiln-bench/{self.workload.name}-{a}:latest",
-                      kiln_base if a in ("torchkiln", "tuned") else pip_base)
+                      kiln_base if a == "torchkiln" else pip_base)
             for a in approaches
         }
         with pip_sources(self.sources, self.ca) as pip_secrets:
 
             def build(a: str, **kw: Any) -> tuple[float, BuildOutcome]:
                 r = results[a]
-                if a in ("torchkiln", "tuned"):
-                    return self.torchkiln_build(r.base, r.image, tuned=a == "tuned", **kw)
+                if a == "torchkiln":
+                    return self.torchkiln_build(r.base, r.image, **kw)
                 return self.baseline_build(a, r.base, r.image, pip_secrets, **kw)
 
             for a in approaches:
                 log(f"{a}: cold build")
-                secs, out = build(a, no_cache=True, **({} if a in ("torchkiln", "tuned") else {"fresh": True}))
+                secs, out = build(a, no_cache=True, **({} if a == "torchkiln" else {"fresh": True}))
                 results[a].cold_s = secs
                 results[a].notes["cold_steps"] = [s.to_dict() for s in out.steps]
                 results[a].notes["cold_export_s"] = sum(s.seconds or 0 for s in out.steps if s.stage == "export")
@@ -408,7 +377,7 @@ class Bench:
                 r.notes.update(base_bytes=base_size, installed_bytes=installed, app_bytes=app_bytes)
                 times = import_times(self.engine, r.image, self.args.import_runs)
                 r.import_s, r.container_s = times["import_s"], times["container_s"]
-                if a in ("torchkiln", "tuned"):  # the same image with its bytecode ignored: what it buys
+                if a == "torchkiln":  # the same image with its bytecode ignored: what it buys
                     nopyc = import_times(self.engine, r.image, self.args.import_runs,
                                          env={"PYTHONPYCACHEPREFIX": "/tmp/kiln-bench-nopyc"})
                     r.notes["import_without_bytecode_s"] = nopyc["import_s"]
@@ -420,10 +389,10 @@ class Bench:
                 results[a].add_package_s, _ = build(a)
         if "torchkiln" in approaches and "edit" in self.args.scenarios and self.args.cli_rebuild:
             results["torchkiln"].notes["kiln_build_cli_app_edit_s"] = self.cli_rebuild(kiln_base)
-        for a in ("torchkiln", "tuned"):
-            if a in approaches:
-                r = self.engine.run(results[a].image, ["python3", "-c", "import torch; print(torch.version.cuda)"])
-                results[a].notes["torch_version_cuda"] = r.stdout.strip().splitlines()[-1]
+        if "torchkiln" in approaches:
+            probe = ["python3", "-c", "import torch; print(torch.version.cuda)"]
+            r = self.engine.run(results["torchkiln"].image, probe)
+            results["torchkiln"].notes["torch_version_cuda"] = r.stdout.strip().splitlines()[-1]
         return self.report(results)
 
     def cli_rebuild(self, base: str) -> float:
@@ -466,7 +435,7 @@ class Bench:
                 print(f"  {r.approach:<10} cold ×{shown['cold']:<6} app edit ×{shown['app_edit']:<7} "
                       f"add package ×{shown['add_package']:<6} size ×{shown['size']:<6} import ×{shown['import']}")
         targets: dict[str, dict[str, Any]] = {}
-        for name in ("torchkiln", "tuned"):
+        for name in ("torchkiln",):
             tk = results.get(name)
             if tk is None:
                 continue

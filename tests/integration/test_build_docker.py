@@ -154,8 +154,7 @@ def test_added_package_keeps_torch_layer(cpu_build: Any, tmp_path: Path, example
     by_stage = {s.stage: s for s in summary.steps if s.name.startswith("RUN") and s.stage in ("torch", "packages")}
     assert by_stage["torch"].status == "cached"
     assert by_stage["packages"].status == "done"
-    torch_copy = [s for s in summary.steps if s.name.startswith("COPY --from=torch /opt/venv")]
-    assert torch_copy[0].status == "cached"
+    # (the runtime is built FROM the torch stage, so a cached torch step is the very same layer)
     r = cpu_build.engine.run(summary.image, ["python", "-c", "import idna, torch"], check=False)
     assert r.returncode == 0, r.stderr
     cpu_build.engine.remove_image(summary.image)

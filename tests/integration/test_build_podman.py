@@ -40,9 +40,7 @@ def test_cpu_example_builds_and_runs_with_podman(
     assert torch_run and torch_run[0].status == "cached"
     # buildah commits a layer per instruction: the app COPY and the USER and CMD after it run again;
     # podman 4.3 sometimes also redoes the small COPY --from=packages layer (its cache check for
-    # COPY --from a stage built in the same run), never the torch venv
-    venv_copy = [s for s in again.steps if s.name.startswith("COPY --from=torch /opt/venv")]
-    assert venv_copy and venv_copy[0].status == "cached"
+    # COPY --from a stage built in the same run), never the torch venv (the runtime is FROM torch)
     rebuilt = [s.name for s in again.steps
                if s.is_instruction and not s.name.startswith("FROM") and s.status != "cached"]
     assert any("cpu_app.py" in n for n in rebuilt), rebuilt

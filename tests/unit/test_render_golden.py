@@ -74,8 +74,22 @@ def test_runtime_stage_is_last_non_root_and_has_no_compilers() -> None:
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0"' in runtime
     assert 'TORCH_CUDA_ARCH_LIST="8.0+PTX"' in runtime
     assert runtime.rstrip().endswith('CMD ["python", "apps/train.py"]')
-    # app code is copied after the Python environment (edits never invalidate the torch layer)
-    assert runtime.index("COPY --from=torch /opt/venv") < runtime.index("COPY --chown=kiln:kiln apps/train.py")
+    # the runtime starts from the torch stage's layers (no second copy of the venv), and app code is
+    # copied after the Python environment (edits never invalidate the torch layer)
+    assert runtime.startswith("AS runtime") and "FROM torch AS runtime" in text
+    assert "COPY --from=torch" not in runtime
+    assert runtime.index("COPY --from=packages /opt/kiln-layer/") < runtime.index("COPY --chown=kiln:kiln apps/train.py")
+
+
+def test_torch_stage_writes_bytecode_only_for_what_import_torch_loads() -> None:
+    text = render_dockerfile(_plan(ROOT / "examples" / "cu130-hopper.toml"))
+    start = text.index("FROM base AS torch")
+    torch = text[start:text.index("\n\n", start)]
+    install = next(line for line in torch.splitlines() if "uv pip install" in line)
+    assert install.lstrip("& ").startswith("UV_COMPILE_BYTECODE=0 /kiln/bin/uv pip install")
+    # the import comes after the install and before the constraints are frozen, in the same layer
+    assert torch.index("uv pip install") < torch.index("/opt/venv/bin/python -c 'import torch, torchvision'")
+    assert torch.index("import torch, torchvision") < torch.index("pip freeze")
 
 
 def test_sources_never_appear_in_the_dockerfile(tmp_path: Path) -> None:
