@@ -10,8 +10,14 @@ from rich.markup import escape
 from torchkiln.base import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRequest, bootstrap
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
-from torchkiln.cli.build import EngineOpt, StepDisplay, human_size, live_output, make_runner
-from torchkiln.engines import get_engine
+from torchkiln.cli.build import StepDisplay, human_size, live_output, make_runner
+from torchkiln.engines import ApptainerEngine, get_engine
+from torchkiln.errors import InputError
+
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable)."),
+]
 
 base_app = typer.Typer(
     name="base",
@@ -52,6 +58,13 @@ def bootstrap_cmd(
     request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag)
     runner = make_runner()
     engine = get_engine(engine_name, runner)
+    if isinstance(engine, ApptainerEngine):  # refuse before debootstrap runs, not after
+        raise InputError(
+            "kiln base bootstrap imports the base into an engine's image store, and apptainer has none.",
+            hint="Bootstrap with docker or podman (--engine docker), write it as a file with `kiln export "
+                 "kiln-base:bookworm --format oci-archive -o base.tar`, and build with `kiln build SPEC "
+                 "--engine apptainer --bootstrap oci-archive --from base.tar`.",
+        )
     if not json:
         err_console.print(
             f"bootstrapping {escape(request.image)} ({suite}, {', '.join(packages)}) into {engine.name}",

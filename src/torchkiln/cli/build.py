@@ -1,7 +1,8 @@
 """`kiln build`: resolve → render → build with a real engine → tag → summary.
 
 Progress goes to stderr: live (rich) on a terminal, one plain line per finished step otherwise (CI,
-pipes). The summary goes to stdout, as JSON with ``--json``.
+pipes). The summary goes to stdout, as JSON with ``--json``. With ``--engine apptainer`` the image
+is a ``.sif`` file (see ``torchkiln.engines.pipeline``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,25 @@ from rich.text import Text
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
-from torchkiln.engines import BuildEvent, Engine, StepRecord, get_engine
-from torchkiln.engines.pipeline import BuildOptions, BuildSummary, build_image, image_ref, load_plan
+from torchkiln.engines import ApptainerEngine, BuildEvent, Engine, StepRecord, get_engine
+from torchkiln.engines.pipeline import (
+    BuildOptions,
+    BuildSummary,
+    absolute_sources,
+    build_image,
+    image_for,
+    load_plan,
+    sif_path,
+)
+from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
 from torchkiln.runner import Runner
 from torchkiln.sources import layer_from_flags
 
 Target = Literal["runtime", "dev"]
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable)."),
+    typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable), or apptainer "
+                                  "for a .sif (HPC sites; used only when named here or in KILN_ENGINE)."),
 ]
 
 
@@ -112,30 +123,54 @@ class StepDisplay:
             err_console.print(escape(text), highlight=False)
 
 
-def print_summary(summary: BuildSummary, spec: Path) -> None:
+def engine_label(info: dict[str, str]) -> str:
+    """``docker 27.3.1``; apptainer has no server: its client's own name and version (``apptainer 1.3.4``)."""
+    return f"{info['name']} {info['server_version']}" if info["server_version"] else info["client_version"]
+
+
+def print_summary(summary: BuildSummary, spec: Path, tag: str | None = None) -> None:
     e = summary.engine
+    sif = e["name"] == "apptainer"
     console.print(
-        f"[bold green]built[/bold green] {summary.image} ({summary.target}) with {e['name']} "
-        f"{e['server_version']} ({e['builder']}) in {summary.seconds:.1f} s",
+        f"[bold green]built[/bold green] {escape(summary.image)} ({summary.target}) with {escape(engine_label(e))} "
+        f"({e['builder']}) in {summary.seconds:.1f} s",
         highlight=False,
     )
-    console.print(
-        f"  size {human_size(summary.size_bytes)} · {summary.layers} layers · "
-        f"cache: {summary.cache_hits} steps reused, {summary.cache_misses} rebuilt · "
-        f"export {summary.export_seconds:.1f} s",
-        highlight=False,
-    )
+    if sif:
+        console.print(
+            f"  size {human_size(summary.size_bytes)} · one squashfs partition · base {escape(summary.base_image)} · "
+            f"squashfs {summary.export_seconds:.1f} s",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"  size {human_size(summary.size_bytes)} · {summary.layers} layers · "
+            f"cache: {summary.cache_hits} steps reused, {summary.cache_misses} rebuilt · "
+            f"export {summary.export_seconds:.1f} s",
+            highlight=False,
+        )
     table = Table(box=None, pad_edge=False, show_edge=False)
     table.add_column("stage")
     table.add_column("time", justify="right")
     table.add_column("steps", justify="right")
-    table.add_column("cached", justify="right")
+    if not sif:  # apptainer caches base layers, not build steps
+        table.add_column("cached", justify="right")
     for s in summary.stages:
-        table.add_row(s.name, f"{s.seconds:.1f}s", str(s.steps), str(s.cached))
+        table.add_row(s.name, f"{s.seconds:.1f}s", str(s.steps), *([] if sif else [str(s.cached)]))
     console.print(table)
     if summary.pushed:
         console.print(f"  pushed {summary.image}")
     target = "" if summary.target == "runtime" else f" --target {summary.target}"
+    if sif:
+        image = shlex.quote(summary.image)
+        where = f" --tag {image}" if tag else ""  # the default .sif is found from the spec
+        console.print(
+            f"run it: kiln run {spec} --engine apptainer{where} -- python -c 'import torch; print(torch.__version__)'",
+            highlight=False,
+        )
+        console.print(f"  or on a GPU node: apptainer run --nv {image} · check it: kiln verify {image}",
+                      highlight=False)
+        return
     console.print(
         f"run it: kiln run {spec}{target} -- python -c 'import torch; print(torch.__version__)'", highlight=False
     )
@@ -144,16 +179,38 @@ def print_summary(summary: BuildSummary, spec: Path) -> None:
 @app.command("build")
 def build_cmd(
     spec: Annotated[Path, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)],
-    target: Annotated[Target, typer.Option("--target", help="Stage to build: the slim runtime or dev.")] = "runtime",
+    target: Annotated[
+        Target, typer.Option("--target", help="Stage to build: the slim runtime or dev (apptainer: runtime only).")
+    ] = "runtime",
     engine_name: EngineOpt = None,
     base: Annotated[
         str | None,
         typer.Option("--base", help="Build on this base image instead of the plan's (e.g. kiln-base:bookworm)."),
     ] = None,
     tag: Annotated[
-        str | None, typer.Option("--tag", "-t", help="Tag the image NAME:TAG instead of the spec's.")
+        str | None,
+        typer.Option("--tag", "-t", help="Tag the image NAME:TAG instead of the spec's (apptainer: the .sif to "
+                                         "write; default NAME_TAG.sif next to the spec)."),
     ] = None,
-    push: Annotated[bool, typer.Option("--push", help="Push the image after a successful build.")] = False,
+    bootstrap: Annotated[
+        Bootstrap | None,
+        typer.Option("--bootstrap", help="apptainer: where the base comes from: docker (pulled from its registry, "
+                                         "the default), docker-daemon, or offline docker-archive, oci-archive, "
+                                         "localimage (a file given with --from)."),
+    ] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="apptainer: the base image reference, or the archive / .sif file for the file "
+                                    "bootstraps (default: the plan's base image)."),
+    ] = None,
+    builder_from: Annotated[
+        str | None,
+        typer.Option("--builder-from", help="apptainer: the compiling stage's base when extensions build on a CUDA "
+                                            "devel image (a file for the file bootstraps)."),
+    ] = None,
+    push: Annotated[
+        bool, typer.Option("--push", help="Push the image after a successful build (not with apptainer).")
+    ] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
     context: Annotated[
         Path | None,
@@ -187,7 +244,8 @@ def build_cmd(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line the engine prints.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Build the image a spec describes with docker (BuildKit) or podman, and tag it.
+    """Build the image a spec describes with docker (BuildKit) or podman, and tag it; or, with
+    --engine apptainer, build a .sif with `apptainer build` (--fakeroot when not root).
 
     Package sources come from flags, then KILN_* environment variables, then the spec's \\[sources],
     then (with --sources-from-pip) pip's configuration; they reach the build as secrets only.
@@ -204,16 +262,22 @@ def build_cmd(
         cwd=Path.cwd(),
     )
     engine = get_engine(engine_name, runner)
+    apptainer = isinstance(engine, ApptainerEngine)
+    for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
+        if value is not None and not apptainer:
+            raise typer.BadParameter(f"is for apptainer builds; {engine.name} builds FROM the base image "
+                                     "(use --base to change it)", param_hint=option)
     options = BuildOptions(
         target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
         from_pip=sources_from_pip, flags=flags,
+        apptainer=ApptainerOptions(bootstrap or "docker", from_, builder_from),
     )
     if dry_run:
         _dry_run(spec, engine, options, json)
         return
     if not json:
         err_console.print(
-            f"building {escape(str(spec))} ({target}) with {engine.name} {engine.info.server_version} "
+            f"building {escape(str(spec))} ({target}) with {escape(engine_label(engine.info.to_dict()))} "
             f"({engine.info.builder})",
             highlight=False,
         )
@@ -222,7 +286,7 @@ def build_cmd(
     if json:
         print_json(summary.to_dict())
     else:
-        print_summary(summary, spec)
+        print_summary(summary, spec, tag)
 
 
 def _dry_run(spec: Path, engine: Engine, options: BuildOptions, as_json: bool) -> None:
@@ -231,19 +295,29 @@ def _dry_run(spec: Path, engine: Engine, options: BuildOptions, as_json: bool) -
     from torchkiln.sources import SECRET_CA, SECRET_UV
 
     plan, spec_dir = load_plan(spec, base=options.base)
+    ref = image_for(engine.name, plan, spec_dir, options.target, options.tag)
     ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
-    write_context(plan, spec_dir, ctx)
-    secrets = {SECRET_UV: Path("<uv.toml from the sources>"), SECRET_CA: Path("<CA bundle, when given>")}
-    cmd, env = engine.build_command(
-        ctx, ctx / "Dockerfile", target=options.target, secrets=secrets, network=options.flags.network,
-        no_cache=options.no_cache,
-    )
-    ref = image_ref(plan, options.target, options.tag)
+    if isinstance(engine, ApptainerEngine):
+        from torchkiln.render.apptainer import DEFFILE, write_apptainer_context
+
+        write_apptainer_context(plan, spec_dir, ctx, absolute_sources(options.apptainer, Path.cwd()))
+        # the sources are copied into CTX/.kiln/secrets for the build only
+        cmd, env = engine.build_command(ctx, ctx / DEFFILE, no_cache=options.no_cache,
+                                        output=sif_path(plan, spec_dir, options.tag))
+        done = "written after a successful build"
+    else:
+        write_context(plan, spec_dir, ctx)
+        secrets = {SECRET_UV: Path("<uv.toml from the sources>"), SECRET_CA: Path("<CA bundle, when given>")}
+        cmd, env = engine.build_command(
+            ctx, ctx / "Dockerfile", target=options.target, secrets=secrets, network=options.flags.network,
+            no_cache=options.no_cache,
+        )
+        done = "tagged after a successful build"
     if as_json:
         print_json({"image": ref, "context": str(ctx), "command": cmd, "env": env, "engine": engine.info.to_dict()})
         return
     prefix = " ".join(f"{k}={v}" for k, v in env.items())
     console.print(f"context: {ctx}", highlight=False)
-    console.print(f"image:   {ref} (tagged after a successful build)", highlight=False)
+    console.print(f"image:   {ref} ({done})", highlight=False)
     console.print(f"command: {prefix + ' ' if prefix else ''}{shlex.join(cmd)}", highlight=False, soft_wrap=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -93,5 +94,8 @@ def _render_apptainer(
                     "files": [str(f.relative_to(out.resolve())) for f in files]})
         return
     console.print(f"wrote the Apptainer definition of {plan.image_ref} to {out / DEFFILE} ({len(files)} files)")
-    console.print(f"build it with: kiln build {spec_dir} --engine apptainer   "
-                  f"(or: cd {out} && apptainer build --fakeroot {sif} {DEFFILE})")
+    offline = "" if options.bootstrap == "docker" else f" --bootstrap {options.bootstrap}" + "".join(
+        f" {flag} {shlex.quote(value)}" for flag, value in (("--from", options.source),
+                                                             ("--builder-from", options.builder_source)) if value)
+    console.print(f"build it with: kiln build {spec_dir} --engine apptainer{offline}   "
+                  f"(or: cd {out} && apptainer build --fakeroot {sif} {DEFFILE})", highlight=False)

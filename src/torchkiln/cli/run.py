@@ -1,4 +1,8 @@
-"""`kiln run SPEC -- CMD`: run a command in the image a spec builds (the same engine, removed after)."""
+"""`kiln run SPEC -- CMD`: run a command in the image a spec builds (the same engine, removed after).
+
+With ``--engine apptainer`` the image is the ``.sif`` `kiln build --engine apptainer` wrote (next to
+the spec, or ``--tag PATH.sif``), run with ``apptainer exec`` (``apptainer run`` without a command).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import typer
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner
 from torchkiln.engines import Mount, get_engine
-from torchkiln.engines.pipeline import image_ref, load_plan
+from torchkiln.engines.pipeline import image_for, load_plan
 from torchkiln.errors import InputError
 
 
@@ -44,9 +48,12 @@ def run_cmd(
     target: Annotated[Target, typer.Option("--target", help="Which built image: runtime or dev.")] = "runtime",
     engine_name: EngineOpt = None,
     tag: Annotated[
-        str | None, typer.Option("--tag", "-t", help="Run this image reference instead of the spec's.")
+        str | None,
+        typer.Option("--tag", "-t", help="Run this image reference instead of the spec's (apptainer: a .sif path)."),
     ] = None,
-    gpus: Annotated[bool, typer.Option("--gpus", help="Attach all GPUs (docker --gpus all, podman CDI).")] = False,
+    gpus: Annotated[
+        bool, typer.Option("--gpus", help="Attach all GPUs (docker --gpus all, podman CDI, apptainer --nv).")
+    ] = False,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable).")] = None,
     volume: Annotated[
         list[str] | None, typer.Option("--volume", "-v", help="HOST:CONTAINER[:ro] (repeatable).")
@@ -60,13 +67,16 @@ def run_cmd(
 
     Example: kiln run examples/cpu.toml -- python -c "import torch; print(torch.__version__)"
     """
-    plan, _ = load_plan(spec)
-    ref = image_ref(plan, target, tag)
+    plan, spec_dir = load_plan(spec)
     engine = get_engine(engine_name, make_runner())
+    ref = image_for(engine.name, plan, spec_dir, target, tag)
     if not engine.image_exists(ref):
+        again = (f" --target {target}" if target != "runtime" else "") + (
+            f" --engine {engine.name}" if engine.name == "apptainer" else "")
+        where = "" if engine.name == "apptainer" else f" in {engine.name}"  # a .sif is a file, in no store
         raise InputError(
-            f"the image {ref} does not exist in {engine.name}.",
-            hint=f"Build it first: kiln build {spec}" + (f" --target {target}" if target != "runtime" else ""),
+            f"the image {ref} does not exist{where}.",
+            hint=f"Build it first: kiln build {spec}{again}" + (f" --tag {tag}" if tag else ""),
         )
     result = engine.run(
         ref,

@@ -8,6 +8,7 @@ for a missing image (7) or engine (5).
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,13 +50,13 @@ def _engine_for(image: str, name: str | None) -> Engine:
     return get_engine(name, runner)
 
 
-def _spec_payload(spec: Path) -> tuple[dict[str, Any], str]:
-    """(what checks.py --spec-json takes, the image the spec builds)."""
-    from torchkiln.engines.pipeline import load_plan
+def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], str]:
+    """(what checks.py --spec-json takes, the image the spec builds: a .sif path with apptainer)."""
+    from torchkiln.engines.pipeline import image_for, load_plan
     from torchkiln.render.apptainer import verify_spec
 
-    plan, _ = load_plan(spec)
-    return verify_spec(plan), plan.image_ref
+    plan, spec_dir = load_plan(spec)
+    return verify_spec(plan), image_for(engine_name or os.environ.get("KILN_ENGINE") or "", plan, spec_dir)
 
 
 @app.command("verify")
@@ -104,8 +105,9 @@ def verify_cmd(
     """Run torchkiln's checks on a real GPU: CUDA, driver, arch coverage of torch and of every compiled
     extension, numerics, bf16 throughput, NCCL across all GPUs, and the spec's extensions.
 
-    Examples: kiln verify acme/trainer:latest · kiln verify trainer.sif · kiln verify --spec kiln.toml ·
-    kiln verify --here --json
+    Examples: kiln verify acme/trainer:latest · kiln verify trainer.sif (apptainer exec --nv) ·
+    kiln verify --spec kiln.toml · kiln verify --spec kiln.toml --engine apptainer (the .sif kiln build
+    wrote) · kiln verify --here --json
     """
     if here and image:
         raise typer.BadParameter("give an IMAGE or --here, not both", param_hint="--here")
@@ -117,7 +119,7 @@ def verify_cmd(
     payload: dict[str, Any] | None = None
     spec_image = None
     if spec is not None:
-        payload, spec_image = _spec_payload(spec)
+        payload, spec_image = _spec_payload(spec, engine_name)
     options = VerifyOptions(spec=payload, only=_names(only, "--only"), skip=_names(skip, "--skip"),
                             matmul_size=matmul_size, python=python, timeout=timeout, gpus=gpus)
     if here:
@@ -133,8 +135,9 @@ def verify_cmd(
             labels_spec, carried = image_spec(engine, target)
             options = dataclasses.replace(options, spec=None if carried else labels_spec, spec_in_image=carried)
         elif not engine.image_exists(target):
-            raise InputError(f"the image {target} does not exist in {engine.name}.",
-                             hint=f"Build it first: kiln build {spec}")
+            apptainer = engine.name == "apptainer"
+            raise InputError(f"the image {target} does not exist{'' if apptainer else f' in {engine.name}'}.",
+                             hint=f"Build it first: kiln build {spec}{' --engine apptainer' if apptainer else ''}")
         attached = "GPUs attached" if gpus else "no GPUs"
         with err_console.status(f"running the checks in {escape(target)} with {engine.name} ({attached})…"):
             report = verify_image(target, engine, options)

@@ -4,6 +4,10 @@
 given — after probing that it really works: the client can use BuildKit, the daemon answers, the
 versions are supported. When none is usable, ``EngineMissingError`` says, for every candidate, why
 not and what to install or start.
+
+Apptainer (``.sif`` files, for HPC sites) is an engine too, but it is never picked on its own: it
+has no image store, so an image built with it is not where docker/podman users look for one. It is
+used only when named (``--engine apptainer`` or ``KILN_ENGINE=apptainer``).
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from torchkiln.engines.apptainer import INSTALL_HINT as APPTAINER_INSTALL_HINT
+from torchkiln.engines.apptainer import ApptainerEngine, probe_apptainer
 from torchkiln.engines.base import (
+    AUTO_ENGINES,
     ENGINE_NAMES,
     BuildEvent,
     BuildOutcome,
@@ -31,6 +38,7 @@ from torchkiln.runner import Runner
 
 __all__ = [
     "ENGINE_NAMES",
+    "ApptainerEngine",
     "BuildEvent",
     "BuildOutcome",
     "DockerEngine",
@@ -49,9 +57,10 @@ __all__ = [
 def probe_engines(
     name: str | None = None, runner: Runner | None = None, env: Mapping[str, str] | None = None
 ) -> list[Probe]:
-    """Probe the candidates for ``name`` (all engines when None) in order of preference.
+    """Probe the candidates for ``name`` (docker, then podman, when None) in order of preference.
 
-    Stops at the first usable one; the list holds the failed probes before it.
+    Stops at the first usable one; the list holds the failed probes before it. Apptainer is probed
+    only when it is the engine asked for.
     """
     runner = runner or Runner()
     env = os.environ if env is None else env
@@ -61,6 +70,13 @@ def probe_engines(
             f"unknown engine {wanted!r}.", hint=f"Choose one of: {', '.join(ENGINE_NAMES)}."
         )
     probes: list[Probe] = []
+    if wanted == "apptainer":
+        try:
+            engine = probe_apptainer(runner, env)
+        except EngineMissingError as e:
+            return [Probe("apptainer", None, e.message, e.hint or APPTAINER_INSTALL_HINT)]
+        return [Probe(engine.info.binary, engine)]
+    assert wanted is None or wanted in AUTO_ENGINES
     if wanted in (None, "docker"):
         for binary in docker_candidates(env):
             p = probe_docker(binary, runner)
@@ -78,14 +94,17 @@ def probe_engines(
 def get_engine(
     name: str | None = None, runner: Runner | None = None, env: Mapping[str, str] | None = None
 ) -> Engine:
-    """The engine to use: ``name`` ("docker" / "podman"), else ``KILN_ENGINE``, else the first usable."""
+    """The engine to use: ``name`` (docker, podman, apptainer), else ``KILN_ENGINE``, else the first usable
+    of docker and podman."""
     env = os.environ if env is None else env
     probes = probe_engines(name, runner, env)
     for p in probes:
         if p.engine is not None:
             return p.engine
-    reasons = "; ".join(f"{p.binary}: {p.reason}" for p in probes)
     wanted = name or env.get("KILN_ENGINE")
+    if wanted == "apptainer":  # one probe, whose message already names every binary it tried
+        raise EngineMissingError(probes[0].reason, hint=probes[0].hint)
+    reasons = "; ".join(f"{p.binary}: {p.reason}" for p in probes)
     what = f"{wanted} cannot be used" if wanted else "no usable container engine was found"
     hints: list[str] = []
     for p in probes:

@@ -22,7 +22,6 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import cast
 
 from torchkiln.engines.base import (
     BuildEvent,
@@ -41,7 +40,7 @@ from torchkiln.runner import Completed, Runner
 from torchkiln.sif import INSPECT_METADATA, is_sif, read_sif
 
 #: the name engines are selected by (``kiln build --engine apptainer``)
-APPTAINER = cast(EngineName, "apptainer")
+APPTAINER: EngineName = "apptainer"
 BINARIES = ("apptainer", "singularity")
 
 INSTALL_HINT = (
@@ -60,6 +59,15 @@ _STAGES = (
     (re.compile(r"Running testscript"), "test"),
     (re.compile(r"Creating SIF file"), "sif"),
 )
+
+
+def require_runtime(target: str | None) -> None:
+    """An Apptainer definition builds one image (the runtime one): any other target is an error."""
+    if target not in (None, "runtime"):
+        raise InputError(
+            f"an Apptainer definition has no {target!r} target: it builds the runtime image only.",
+            hint="Drop --target, or build the dev image with docker or podman.",
+        )
 
 
 class _Steps:
@@ -105,9 +113,14 @@ class _Steps:
 class ApptainerEngine(Engine):
     name: EngineName = APPTAINER
 
+    def __init__(self, info: EngineInfo, runner: Runner, *, fakeroot: bool | None = None) -> None:
+        super().__init__(info, runner)
+        self._fakeroot = fakeroot
+
     @property
     def fakeroot(self) -> bool:
-        return os.geteuid() != 0
+        """Build with ``--fakeroot``: when not root, unless the caller decided otherwise."""
+        return os.geteuid() != 0 if self._fakeroot is None else self._fakeroot
 
     # -- building -----------------------------------------------------------------------------------
     def build_command(
@@ -124,11 +137,7 @@ class ApptainerEngine(Engine):
         output: Path | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """``apptainer build [--fakeroot] --force [--disable-cache] OUTPUT DEF``, run in ``context``."""
-        if target not in (None, "runtime"):
-            raise InputError(
-                f"an Apptainer definition has no {target!r} target: it builds the runtime image only.",
-                hint="Drop --target, or build the dev image with docker or podman.",
-            )
+        require_runtime(target)
         cmd = [self.info.binary, "build"]
         if self.fakeroot:
             cmd.append("--fakeroot")
@@ -203,7 +212,8 @@ class ApptainerEngine(Engine):
         network: str | None = None,
         entrypoint: str | None = None,
     ) -> list[str]:
-        cmd = [self.info.binary, "exec"]
+        # no command: the image's runscript (what docker calls the image's CMD)
+        cmd = [self.info.binary, "exec" if argv or entrypoint else "run"]
         if gpus:
             cmd += self._gpu_flags()
         for m in mounts:
@@ -243,7 +253,7 @@ class ApptainerEngine(Engine):
         on_line: Callable[[str], None] | None = None,
         timeout: float | None = None,
     ) -> Completed:
-        """``apptainer exec`` of ``argv`` in the image file (``--nv`` with ``gpus``)."""
+        """``apptainer exec`` of ``argv`` in the image file (``--nv`` with ``gpus``); no ``argv``: its runscript."""
         self._require_sif(image)
         cmd = self.exec_command(image, argv, gpus=gpus, mounts=mounts, env=env, user=user, workdir=workdir,
                                 network=network, entrypoint=entrypoint)
@@ -337,6 +347,10 @@ def _build_error(steps: _Steps, result: Completed, fakeroot: bool) -> BuildError
     where = f"the {failing.stage} stage" if failing else "the build"
     tail = result.tail(40)
     hint = "Read the stage's last lines above; fix kiln.toml (package names, versions) and build again."
+    if failing is not None and failing.stage == "bootstrap":
+        hint = ("The base image could not be fetched. Without a registry, give it as a file: "
+                "`kiln export BASE --format oci-archive -o base.tar` where Docker is, then "
+                "`kiln build SPEC --engine apptainer --bootstrap oci-archive --from base.tar` (see docs/hpc.md).")
     if fakeroot and re.search(r"fakeroot|user namespace|subuid|newuidmap", tail, re.IGNORECASE):
         hint = ("--fakeroot needs user namespaces and an /etc/subuid entry for your user: ask the admins to run "
                 "`apptainer config fakeroot --add $USER`, or build where you are root, or build with docker and "

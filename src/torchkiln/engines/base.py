@@ -1,8 +1,8 @@
 """The engine interface: the only code in torchkiln that builds or runs containers.
 
 One small abstract class (``Engine``) with one implementation per engine (``docker.py`` for
-BuildKit through the docker CLI, ``podman.py``). Everything an engine returns is a frozen
-dataclass, so callers never parse engine output themselves.
+BuildKit through the docker CLI, ``podman.py``, ``apptainer.py`` for ``.sif`` files). Everything an
+engine returns is a frozen dataclass, so callers never parse engine output themselves.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from torchkiln.diagnose import diagnose, format_diagnoses
 from torchkiln.errors import BuildError, InputError, KilnError, SourceError
 from torchkiln.runner import Completed, Runner
 
-EngineName = Literal["docker", "podman"]
-ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman")
+EngineName = Literal["docker", "podman", "apptainer"]
+ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman", "apptainer")
+#: the engines picked when none is named; apptainer builds .sif files, not images in a store, so it
+#: is used only when asked for by name (``--engine apptainer`` or ``KILN_ENGINE=apptainer``)
+AUTO_ENGINES: tuple[EngineName, ...] = ("docker", "podman")
 
 StepStatus = Literal["running", "cached", "done", "error"]
 

@@ -4,25 +4,39 @@ The image is built untagged (the engine writes its id to an ``--iidfile``) and t
 the build succeeded, so a failed build never leaves a half-made image under the spec's name.
 Package sources are merged (flags > environment > spec > pip configuration, see
 ``torchkiln.sources``) and handed to the engine as secrets for the duration of the build only.
+
+With apptainer the image is a ``.sif`` file, not a tag: the Apptainer definition (``kiln.def``) is
+rendered in place of the Dockerfile, ``apptainer build`` writes the file into a private folder
+beside its destination, and it is moved into place only after the build succeeded (the same
+promise: a failed build never leaves a half-made image under the spec's name). The destination is
+``--tag`` (a path ending in ``.sif``), else ``NAME_TAG.sif`` next to the spec, so that ``kiln run``
+and ``kiln verify`` find it from the spec alone. There is one image, so ``--target dev`` is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchkiln import sources as src
 from torchkiln.base import LABEL_PREFIX, kiln_cache_dir
+from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine, require_runtime
 from torchkiln.engines.base import BuildEvent, Engine, StepRecord
-from torchkiln.errors import InputError, ResolveError
+from torchkiln.errors import BuildError, InputError, ResolveError
 from torchkiln.plan import BuildPlan
+from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, sif_name
 from torchkiln.runner import Runner
+from torchkiln.sif import is_sif
 
 TARGETS = ("runtime", "dev")
 
@@ -37,6 +51,9 @@ class BuildOptions:
     push: bool = False
     from_pip: bool = False  # import the host's pip configuration as the lowest source layer
     flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
+    #: apptainer only: where the definition's base comes from (``Bootstrap:`` / ``From:``); file
+    #: paths are relative to the current folder
+    apptainer: ApptainerOptions = field(default_factory=ApptainerOptions)
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,39 @@ def image_ref(plan: BuildPlan, target: str, tag: str | None = None) -> str:
     return plan.image_ref if target == "runtime" else f"{plan.image_name}:{plan.tag}-{target}"
 
 
+def sif_path(plan: BuildPlan, spec_dir: Path, tag: str | None = None) -> Path:
+    """Where an apptainer build writes its image: ``tag`` (a ``.sif`` path), else ``NAME_TAG.sif`` by the spec."""
+    if not tag:
+        return spec_dir / sif_name(plan)
+    if not tag.endswith(".sif"):
+        raise InputError(
+            f"with apptainer the image is a file, and --tag names it: {tag!r} does not end in .sif.",
+            hint=f"Give a path such as --tag {sif_name(plan)}, or leave --tag out ({spec_dir / sif_name(plan)}).",
+        )
+    return Path(tag).expanduser().resolve()
+
+
+def image_for(engine_name: str, plan: BuildPlan, spec_dir: Path, target: str = "runtime",
+              tag: str | None = None) -> str:
+    """The image a build of ``target`` makes: a reference in docker/podman, a ``.sif`` path with apptainer."""
+    if engine_name == APPTAINER:
+        require_runtime(target)
+        return str(sif_path(plan, spec_dir, tag))
+    return image_ref(plan, target, tag)
+
+
+def absolute_sources(options: ApptainerOptions, cwd: Path) -> ApptainerOptions:
+    """File bootstraps with absolute paths: `kiln build` renders into its cache, not where the user is."""
+    if not options.takes_files:
+        return options
+
+    def absolute(value: str | None) -> str | None:
+        return None if value is None else str((cwd / Path(value).expanduser()).resolve())
+
+    return dataclasses.replace(options, source=absolute(options.source),
+                               builder_source=absolute(options.builder_source))
+
+
 def default_context_dir(plan: BuildPlan, spec_dir: Path) -> Path:
     """A stable folder per (spec folder, image name), so BuildKit's context transfer stays incremental."""
     digest = hashlib.sha256(str(spec_dir).encode()).hexdigest()[:10]
@@ -155,7 +205,10 @@ def ensure_base(engine: Engine, plan: BuildPlan) -> None:
                 f"table of kiln.toml. Or load an image you have (`{engine.name} load -i FILE`) and tag it {base}."
             ),
         )
-    labels = engine.inspect_image(base).labels
+    _check_base_python(base, engine.inspect_image(base).labels, plan)
+
+
+def _check_base_python(base: str, labels: Mapping[str, str], plan: BuildPlan) -> None:
     python = labels.get(f"{LABEL_PREFIX}.python")
     if python and python != plan.python and plan.python_source == "image":
         raise ResolveError(
@@ -165,6 +218,39 @@ def ensure_base(engine: Engine, plan: BuildPlan) -> None:
                 f"python3 is {plan.python} (`kiln base bootstrap --suite SUITE`)."
             ),
         )
+
+
+def ensure_sif_base(engine: ApptainerEngine, plan: BuildPlan, options: ApptainerOptions) -> None:
+    """A file bootstrap's base must exist (a ``localimage`` .sif: and hold the plan's Python).
+
+    Registry (``docker``) and ``docker-daemon`` bases are fetched by ``apptainer build`` itself:
+    apptainer has no store to look in first, and a failed fetch fails the bootstrap stage with a hint.
+    """
+    if not options.takes_files:
+        return
+    for option, value in (("--from", options.source), ("--builder-from", options.builder_source)):
+        if value is not None and not Path(value).is_file():
+            raise InputError(
+                f"the base image file {value} (given with {option} for Bootstrap {options.bootstrap}) does not exist.",
+                hint=f"Write it where Docker is (`kiln export {plan.base_image} --format "
+                     f"{'sif' if options.bootstrap == 'localimage' else options.bootstrap} -o FILE`) and copy it here.",
+            )
+    if options.bootstrap == "localimage" and options.source is not None:
+        if not is_sif(Path(options.source)):
+            raise InputError(f"{options.source} is not a SIF file (Bootstrap localimage needs one).",
+                             hint="Give a .sif, or use --bootstrap docker-archive / oci-archive for a tar.")
+        _check_base_python(options.source, engine.inspect_image(options.source).labels, plan)
+
+
+@contextmanager
+def _file_beside(dest: Path) -> Iterator[Path]:
+    """A path in a private folder next to ``dest`` for the build to write; the folder is removed after."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        yield tmp / dest.name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_image(
@@ -184,6 +270,8 @@ def build_image(
         raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
     start = time.monotonic()
     plan, spec_dir = load_plan(spec_path, base=options.base)
+    if isinstance(engine, ApptainerEngine):
+        return _build_sif(plan, spec_dir, engine, options, start=start, progress=progress, env=env, runner=runner)
     ref = image_ref(plan, options.target, options.tag)
     sources = src.resolve_sources(
         flags=options.flags,
@@ -238,4 +326,71 @@ def build_image(
         base_image=plan.base_image,
         sources=sources_record,
         pushed=pushed,
+    )
+
+
+def _build_sif(
+    plan: BuildPlan,
+    spec_dir: Path,
+    engine: ApptainerEngine,
+    options: BuildOptions,
+    *,
+    start: float,
+    progress: Callable[[BuildEvent], None] | None,
+    env: Mapping[str, str] | None,
+    runner: Runner | None,
+) -> BuildSummary:
+    """``build_image`` with apptainer: the definition file in, a ``.sif`` out (see the module docstring)."""
+    from torchkiln.render.apptainer import write_apptainer_context
+
+    require_runtime(options.target)
+    if options.push:
+        raise InputError(
+            "apptainer has no image store to push a tag from: the image is a .sif file.",
+            hint="Drop --push and push the file after the build: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG",
+        )
+    dest = sif_path(plan, spec_dir, options.tag)
+    app = absolute_sources(options.apptainer, Path.cwd())
+    sources = src.resolve_sources(
+        flags=options.flags,
+        env=env,
+        plan_sources=plan.sources,
+        spec_dir=spec_dir,
+        from_pip=options.from_pip,
+        runner=runner or engine.runner,
+    )
+    ensure_sif_base(engine, plan, app)
+    ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
+    write_apptainer_context(plan, spec_dir, ctx, app)
+    with src.prepare(sources, ctx) as prepared, _file_beside(dest) as partial:
+        # apptainer shares the host's network, so local index servers on 127.0.0.1 need no option
+        outcome = engine.build(ctx, ctx / DEFFILE, secrets=prepared.secrets, no_cache=options.no_cache,
+                               progress=progress, output=partial)
+        if not is_sif(partial):
+            raise BuildError(
+                f"apptainer build reported success but wrote no SIF file at {partial}.",
+                hint="Rerun with --debug --verbose and read apptainer's output.",
+            )
+        os.replace(partial, dest)
+        sources_record = {**sources.to_dict(), **prepared.to_dict()}
+    details = engine.inspect_image(str(dest))
+    base = app.from_value(plan)
+    return BuildSummary(
+        image=str(dest),
+        image_id=details.id,
+        target="runtime",
+        engine=engine.info.to_dict(),
+        seconds=time.monotonic() - start,
+        build_seconds=outcome.seconds,
+        export_seconds=sum(s.seconds or 0.0 for s in outcome.steps if s.stage == "sif"),
+        context=str(ctx),
+        size_bytes=dest.stat().st_size,
+        layers=details.layers,
+        stages=summarize_stages(outcome.steps),
+        steps=outcome.steps,
+        cache_hits=0,  # apptainer caches base layers, never build steps: every stage runs
+        cache_misses=len([s for s in outcome.steps if s.is_instruction]),
+        base_image=base if app.bootstrap == "docker" else f"{app.bootstrap}:{base}",
+        sources=sources_record,
+        pushed=False,
     )

@@ -91,6 +91,11 @@ class ApptainerOptions:
     #: the builder stage's base (two-stage definitions only): default the plan's toolchain image
     builder_source: str | None = None
 
+    @property
+    def takes_files(self) -> bool:
+        """Whether ``source`` / ``builder_source`` are file paths (not image references)."""
+        return self.bootstrap not in _REF_BOOTSTRAPS
+
     def builder_from_value(self, plan: BuildPlan) -> str:
         image = _builder_image(plan)
         value = self.builder_source
