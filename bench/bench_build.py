@@ -321,7 +321,9 @@ class Bench:
                 f.write_text(f.read_text() + f"\n# edited by the benchmark at {time.time()}\n")
 
     def add_package(self) -> None:
-        pkg = self.workload.extra_package
+        # a specifier unique to the run (it excludes a version that does not exist): the engines' layer
+        # caches outlive a run, and an earlier run's layer for the very same pip line would be reused
+        pkg = f"{self.workload.extra_package}!=0.0.{int(time.time())}"
         data = tomllib.loads(self.spec.read_text())
         old = data.get("packages", {}).get("pip", [])
         text = self.spec.read_text()

@@ -433,7 +433,9 @@ class LocalIndexServer:
     def __post_init__(self) -> None:
         handler = functools.partial(_QuietHandler, directory=str(self.root))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="kiln-index", daemon=True)
+        # a short poll interval: shutdown() waits for the next poll, and every build closes its servers
+        serve = functools.partial(self.server.serve_forever, poll_interval=0.05)
+        self.thread = threading.Thread(target=serve, name="kiln-index", daemon=True)
         self.thread.start()
 
     @property

@@ -66,7 +66,7 @@ def test_unreadable_file_among_good_ones(capsys: pytest.CaptureFixture[str]) -> 
     )
     data = json.loads(capsys.readouterr().out)
     assert rc == ExitCode.INPUT
-    assert len(data["findings"]) == 2 and "empty" in data["errors"][0]["message"]
+    assert len(data["findings"]) == 4 and "empty" in data["errors"][0]["message"]
 
 
 def test_missing_path_and_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

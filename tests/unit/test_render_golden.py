@@ -78,15 +78,20 @@ def test_runtime_stage_is_last_non_root_and_has_no_compilers() -> None:
     # copied after the Python environment (edits never invalidate the torch layer)
     assert runtime.startswith("AS runtime") and "FROM torch AS runtime" in text
     assert "COPY --from=torch" not in runtime
-    assert runtime.index("COPY --from=packages /opt/kiln-layer/") < runtime.index("COPY --chown=kiln:kiln apps/train.py")
+    packages = runtime.index("COPY --from=packages /opt/kiln-layer/")
+    assert packages < runtime.index("COPY --chown=kiln:kiln apps/train.py")
 
 
-def test_torch_stage_writes_bytecode_only_for_what_import_torch_loads() -> None:
+def test_torch_stage_writes_files_once_and_bytecode_only_for_what_import_torch_loads() -> None:
     text = render_dockerfile(_plan(ROOT / "examples" / "cu130-hopper.toml"))
     start = text.index("FROM base AS torch")
     torch = text[start:text.index("\n\n", start)]
     install = next(line for line in torch.splitlines() if "uv pip install" in line)
-    assert install.lstrip("& ").startswith("UV_COMPILE_BYTECODE=0 /kiln/bin/uv pip install")
+    assert install.lstrip("& ").startswith(
+        "UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 /kiln/bin/uv pip install")
+    # the cache lives in the step's own file system (hard links need that) and is gone before the layer ends
+    assert "type=cache,target=/root/.cache/uv" not in torch
+    assert torch.index("uv pip install") < torch.index("rm -rf /tmp/kiln-uv-torch") < torch.index("import torch")
     # the import comes after the install and before the constraints are frozen, in the same layer
     assert torch.index("uv pip install") < torch.index("/opt/venv/bin/python -c 'import torch, torchvision'")
     assert torch.index("import torch, torchvision") < torch.index("pip freeze")

@@ -142,22 +142,36 @@ def devel_base_in_final(ctx: Context) -> Iterator[Hit]:
 # KL002
 
 
+def _removed_later(step: Step, inst: Install, path: str | None) -> bool:
+    """Whether a later command of the same RUN deletes ``path`` (a cache folder that never reaches the layer)."""
+    if not path:
+        return False
+    path = path.rstrip("/")
+    later = False
+    for cmd, _, _ in step.commands:
+        if cmd is inst.command:
+            later = True
+        elif later and cmd.name == "rm" and any(w.text.rstrip("/") == path for w in cmd.words[1:]):
+            return True
+    return False
+
+
 def _cache_ok(inst: Install, step: Step) -> bool:
-    env = inst.env
+    env = {**inst.env, **inst.command.assigned()}
     targets = step.cache_targets()
     if inst.tool == "pip":
         if inst.has("--no-cache-dir") or _env_has(env, "PIP_NO_CACHE_DIR"):
             return True
-        cache_dir = env.get("PIP_CACHE_DIR")
-        return any(
+        cache_dir = (inst.values("--cache-dir") or (env.get("PIP_CACHE_DIR"),))[-1]
+        return _removed_later(step, inst, cache_dir) or any(
             t.rstrip("/").endswith(("/.cache/pip", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
             for t in targets
         )
     if inst.tool == "uv":
         if inst.has("--no-cache") or _env_has(env, "UV_NO_CACHE"):
             return True
-        cache_dir = env.get("UV_CACHE_DIR")
-        return any(
+        cache_dir = (inst.values("--cache-dir") or (env.get("UV_CACHE_DIR"),))[-1]
+        return _removed_later(step, inst, cache_dir) or any(
             t.rstrip("/").endswith(("/.cache/uv", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
             for t in targets
         )

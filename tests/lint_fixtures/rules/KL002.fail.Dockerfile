@@ -6,4 +6,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     pip install scipy==1.14.1 \
 # expect: KL002
     && uv pip install --system rich==13.9.4
+# a cache folder deleted before the install runs, or a different folder deleted: still in the layer
+# expect: KL002
+RUN rm -rf /tmp/uv-cache && UV_CACHE_DIR=/tmp/uv-cache uv pip install --system pandas==2.2.3
+# expect: KL002
+RUN UV_CACHE_DIR=/tmp/uv-cache uv pip install --system polars==1.9.0 && rm -rf /tmp/other
 USER 1000:1000

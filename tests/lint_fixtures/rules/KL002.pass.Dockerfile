@@ -9,4 +9,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv pip install --system rich==13.9.4
 ENV PIP_NO_CACHE_DIR=1
 RUN pip install scipy==1.14.1
+# a cache in the step's own file system, deleted before the step ends, never reaches the layer
+RUN UV_CACHE_DIR=/tmp/uv-cache UV_LINK_MODE=hardlink uv pip install --system pandas==2.2.3 \
+    && rm -rf /tmp/uv-cache
+RUN pip install --cache-dir /tmp/pip-cache polars==1.9.0 && rm -rf /tmp/pip-cache/
 USER 1000:1000
