@@ -135,13 +135,13 @@ def stage_torch(plan: BuildPlan) -> list[str]:
              *([ext.torch_wheel_mount()] if built else [])],
             [
                 ". /kiln/sources.sh",
+                f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
-                f"UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0"
-                f" {UV} pip install --python {py}{wheel} -r /kiln/requirements-torch.txt",
-                f"rm -rf {TORCH_UV_CACHE}",
-                warm_import(plan),
+                f"{UV} pip install --python {py}{wheel} -r /kiln/requirements-torch.txt",
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
+                f"rm -rf {TORCH_UV_CACHE}",
+                warm_import(plan),
             ],
         ),
     ]

@@ -22,12 +22,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     . /kiln/sources.sh \
+    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.11 /opt/venv \
-    && UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
-    && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch' \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
     && mkdir -p /etc/pip \
-    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
+    && rm -rf /tmp/kiln-uv-torch \
+    && /opt/venv/bin/python -c 'import torch'
 
 # packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add
 # are collected, so the runtime copies them as one small layer on top of the unchanged torch layer

@@ -22,12 +22,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     . /kiln/sources.sh \
+    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.11 /opt/venv \
-    && UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
-    && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch' \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
     && mkdir -p /etc/pip \
-    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
+    && rm -rf /tmp/kiln-uv-torch \
+    && /opt/venv/bin/python -c 'import torch'
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
 # torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used only by the builder stages, never by the runtime

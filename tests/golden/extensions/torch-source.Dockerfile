@@ -90,12 +90,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     --mount=type=bind,from=torch-build,source=/opt/kiln-torch,target=/kiln/torch-wheel \
     . /kiln/sources.sh \
+    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.12 /opt/venv \
-    && UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 /kiln/bin/uv pip install --python /opt/venv/bin/python /kiln/torch-wheel/torch-*.whl -r /kiln/requirements-torch.txt \
-    && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch' \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python /kiln/torch-wheel/torch-*.whl -r /kiln/requirements-torch.txt \
     && mkdir -p /etc/pip \
-    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt
+    && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
+    && rm -rf /tmp/kiln-uv-torch \
+    && /opt/venv/bin/python -c 'import torch'
 
 # dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
 FROM torch AS dev
