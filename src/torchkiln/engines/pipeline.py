@@ -253,6 +253,21 @@ def _file_beside(dest: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _sources(
+    plan: BuildPlan, spec_dir: Path, engine: Engine, options: BuildOptions,
+    env: Mapping[str, str] | None, runner: Runner | None,
+) -> src.Sources:
+    """The build's package sources: flags > environment > spec > (with --sources-from-pip) pip's config."""
+    return src.resolve_sources(
+        flags=options.flags,
+        env=env,
+        plan_sources=plan.sources,
+        spec_dir=spec_dir,
+        from_pip=options.from_pip,
+        runner=runner or engine.runner,
+    )
+
+
 def build_image(
     spec_path: Path,
     engine: Engine,
@@ -273,14 +288,7 @@ def build_image(
     if isinstance(engine, ApptainerEngine):
         return _build_sif(plan, spec_dir, engine, options, start=start, progress=progress, env=env, runner=runner)
     ref = image_ref(plan, options.target, options.tag)
-    sources = src.resolve_sources(
-        flags=options.flags,
-        env=env,
-        plan_sources=plan.sources,
-        spec_dir=spec_dir,
-        from_pip=options.from_pip,
-        runner=runner or engine.runner,
-    )
+    sources = _sources(plan, spec_dir, engine, options, env, runner)
     ensure_base(engine, plan)
     ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
     write_context(plan, spec_dir, ctx)
@@ -351,14 +359,7 @@ def _build_sif(
         )
     dest = sif_path(plan, spec_dir, options.tag)
     app = absolute_sources(options.apptainer, Path.cwd())
-    sources = src.resolve_sources(
-        flags=options.flags,
-        env=env,
-        plan_sources=plan.sources,
-        spec_dir=spec_dir,
-        from_pip=options.from_pip,
-        runner=runner or engine.runner,
-    )
+    sources = _sources(plan, spec_dir, engine, options, env, runner)
     ensure_sif_base(engine, plan, app)
     ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
     write_apptainer_context(plan, spec_dir, ctx, app)
