@@ -135,6 +135,10 @@ class BuildPlan:
     decisions: tuple[Decision, ...]
     warnings: tuple[str, ...]
     toolchain: ToolchainPlan | None = None  # set when something is compiled in the build
+    #: bytecode of the torch layer: "imports" (what importing these modules loads) or "all" files
+    bytecode: Literal["imports", "all"] = "imports"
+    #: modules imported at build time for their bytecode: torch, its companions, [python] precompile
+    precompile: tuple[str, ...] = ("torch",)
 
     @property
     def image_ref(self) -> str:
@@ -165,6 +169,8 @@ class BuildPlan:
             "min_driver": self.min_driver,
             "nvidia_require_cuda": self.nvidia_require_cuda,
             "companions": list(self.torch.companions),
+            "bytecode": self.bytecode,
+            "precompile": list(self.precompile),
             "pip_packages": list(self.pip_packages),
             "apt_packages": list(self.apt_packages),
             "extensions": d["extensions"],

@@ -292,6 +292,23 @@ def _alternatives(
     return "Would work: " + "; or ".join(ideas) + "."
 
 
+def _import_name(requirement: str) -> str:
+    """``torchvision==0.29.1`` -> ``torchvision`` (the module a companion requirement installs)."""
+    return re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0].strip().lower().replace("-", "_")
+
+
+def _precompile(spec: Spec, torch_plan: TorchPlan) -> tuple[str, ...]:
+    """The modules the torch stage imports at build time, so that their bytecode is in the layer.
+
+    Extra modules must be importable there (torch, its companions and their dependencies): a name from
+    the spec's pip packages fails that step with Python's "No module named" (the packages stage compiles
+    all of its files anyway).
+    """
+    names = ["torch", *(_import_name(r) for r in torch_plan.companions)]
+    extra = spec.python.precompile if isinstance(spec.python.precompile, list) else []
+    return tuple(dict.fromkeys([*names, *extra]))
+
+
 def _companions(spec: Spec, version: str, release: TorchRelease, label: str) -> tuple[str, ...]:
     out: list[str] = []
     for pkg in spec.torch.packages:
@@ -746,4 +763,6 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         decisions=tuple(decisions),
         warnings=tuple(warnings),
         toolchain=toolchain,
+        bytecode="all" if spec.python.precompile == "all" else "imports",
+        precompile=_precompile(spec, torch_plan),
     )

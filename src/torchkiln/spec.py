@@ -70,8 +70,28 @@ class ImageSpec(_Strict):
         return v
 
 
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
 class PythonSpec(_Strict):
     version: str = "3.11"
+    precompile: list[str] | Literal["all"] = Field(
+        default_factory=list,
+        description=(
+            "bytecode of the torch layer: by default only for the modules `import torch` (and its companions) "
+            "loads; list more modules to import at build time (e.g. 'torch._inductor.compile_fx' for "
+            "torch.compile), or 'all' to compile every file"
+        ),
+    )
+
+    @field_validator("precompile")
+    @classmethod
+    def _precompile(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, list):
+            bad = [m for m in v if not _MODULE.fullmatch(m)]
+            if bad:
+                raise ValueError(f"not a module name: {', '.join(map(repr, bad))} (write e.g. 'torch._dynamo')")
+        return v
 
     @field_validator("version")
     @classmethod

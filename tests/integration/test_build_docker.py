@@ -249,3 +249,26 @@ def test_cli_build_json_and_run(cpu_build: Any, tmp_path: Path, capsys: pytest.C
 
 def test_engine_is_docker(docker_engine: Engine) -> None:
     assert docker_engine.info.builder in ("buildx", "buildkit")
+
+
+def _from_source(engine: Any, image: str, module: str) -> list[str]:
+    """The modules a fresh container compiles from source (no usable .pyc) to import ``module``."""
+    r = engine.run(image, ["python", "-v", "-c", f"import {module}"], check=False)
+    assert r.returncode == 0, r.output
+    return [line for line in r.output.splitlines() if line.startswith("# code object from") and ".pyc'" not in line]
+
+
+def test_precompile_puts_torch_compile_modules_into_the_layer(
+    cpu_build: Any, tmp_path: Path, example_copy: Any
+) -> None:
+    # without it: import torch is fully precompiled, torch._dynamo (torch.compile) is compiled on every start
+    assert _from_source(cpu_build.engine, cpu_build.ref, "torch") == []
+    assert len(_from_source(cpu_build.engine, cpu_build.ref, "torch._dynamo")) > 100
+    spec = example_copy(tmp_path / "spec")
+    text = spec.read_text()
+    assert "[python]\n" in text
+    spec.write_text(text.replace("[python]\n", '[python]\nprecompile = ["torch._dynamo"]\n', 1))
+    options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:precompiled")
+    summary = build_image(spec, cpu_build.engine, options, env={})
+    assert _from_source(cpu_build.engine, summary.image, "torch._dynamo") == []
+    cpu_build.engine.remove_image(summary.image)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.errors import SpecError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.render import context_files, render_dockerfile, write_context
 from torchkiln.resolve import resolve
@@ -121,3 +122,28 @@ def test_write_context_is_complete_and_atomic(tmp_path: Path) -> None:
         write_context(_plan(spec), tmp_path, out)
     assert (out / "Dockerfile").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ctx", "kiln.toml"]
+
+
+def test_precompile_adds_modules_to_the_build_time_import_or_compiles_everything(tmp_path: Path) -> None:
+    spec = tmp_path / "kiln.toml"
+    head = '[image]\nname = "a"\n[torch]\nversion = "2.14.1"\ncuda = "cu130"\npackages = ["torchvision"]\n'
+    spec.write_text(head + '[python]\nprecompile = ["torch._dynamo", "torch._inductor.compile_fx"]\n')
+    plan = _plan(spec)
+    assert plan.bytecode == "imports"
+    assert plan.precompile == ("torch", "torchvision", "torch._dynamo", "torch._inductor.compile_fx")
+    text = render_dockerfile(plan)
+    assert "&& /opt/venv/bin/python -c 'import torch, torchvision, torch._dynamo, torch._inductor.compile_fx'" in text
+    assert "UV_COMPILE_BYTECODE=0" in text
+    spec.write_text(head + '[python]\nprecompile = "all"\n')
+    plan = _plan(spec)
+    assert plan.bytecode == "all" and plan.precompile == ("torch", "torchvision")
+    assert "UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=1" in render_dockerfile(plan)
+
+
+@pytest.mark.parametrize("value", ['["torch; rm -rf /"]', '["torch._dynamo", "9x"]', '"everything"', '[""]'])
+def test_precompile_accepts_module_names_or_all_only(tmp_path: Path, value: str) -> None:
+    spec = tmp_path / "kiln.toml"
+    spec.write_text(f'[image]\nname = "a"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n[python]\nprecompile = {value}\n')
+    with pytest.raises(SpecError) as info:
+        _plan(spec)
+    assert "precompile" in info.value.message

@@ -22,6 +22,7 @@ tag = "latest"
 
 [python]
 version = "3.11"               # a Python minor version torch ships wheels for
+# precompile = ["torch._dynamo", "torch._inductor.compile_fx"]   # bytecode for torch.compile too; or "all"
 
 [torch]
 version = ">=2.5"              # an exact version ("2.5.1") or a PEP 440 specifier; empty = newest known

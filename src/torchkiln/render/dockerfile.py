@@ -18,7 +18,6 @@ same wherever it is built and nothing about the sources reaches a layer.
 from __future__ import annotations
 
 import json
-import re
 
 from torchkiln import __version__
 from torchkiln.plan import BuildPlan
@@ -104,19 +103,10 @@ def stage_base(plan: BuildPlan) -> list[str]:
     return lines
 
 
-def import_names(plan: BuildPlan) -> tuple[str, ...]:
-    """The modules of the torch stage a container imports: torch and its companions (torchvision...)."""
-    names = ["torch"]
-    for req in plan.torch.companions:
-        names.append(re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0].strip().lower().replace("-", "_"))
-    return tuple(names)
-
-
 def warm_import(plan: BuildPlan) -> str:
-    """One build-time import of torch and its companions, which writes the .pyc files of exactly the
-    modules a fresh container loads (and fails the build early when the installed torch cannot import)."""
-    mods = ", ".join(import_names(plan))
-    return f"{VENV}/bin/python -c 'import {mods}'"
+    """One build-time import of torch, its companions and ``[python] precompile``: it writes the .pyc files
+    of exactly the modules a container loads (and fails the build early when torch cannot import)."""
+    return f"{VENV}/bin/python -c 'import {', '.join(plan.precompile)}'"
 
 
 def stage_torch(plan: BuildPlan) -> list[str]:
@@ -127,15 +117,17 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own.",
         "# Files are written once: uv unpacks the wheels into a cache in this step's own file system, hard-links",
         "# them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this",
-        "# layer is rebuilt only when the base, Python or torch changes). Bytecode: not all ~5,000 files are",
-        "# compiled (15 s, 100 MB); one import at build time writes the .pyc files of the modules it loads",
+        "# layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile",
+        "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
+        "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)",
         "FROM base AS torch",
         *_run(
             [*(m for m in _SOURCE_MOUNTS if m != _UV_CACHE_MOUNT), _bind("requirements-torch.txt"),
              *([ext.torch_wheel_mount()] if built else [])],
             [
                 ". /kiln/sources.sh",
-                f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0",
+                f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
+                f" UV_COMPILE_BYTECODE={1 if plan.bytecode == 'all' else 0}",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
                 f"{UV} pip install --python {py}{wheel} -r /kiln/requirements-torch.txt",
                 "mkdir -p /etc/pip",

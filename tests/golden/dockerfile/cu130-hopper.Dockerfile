@@ -12,8 +12,9 @@ ENV LANG=C.UTF-8 \
 # torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own.
 # Files are written once: uv unpacks the wheels into a cache in this step's own file system, hard-links
 # them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this
-# layer is rebuilt only when the base, Python or torch changes). Bytecode: not all ~5,000 files are
-# compiled (15 s, 100 MB); one import at build time writes the .pyc files of the modules it loads
+# layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile
+# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
+# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)
 FROM base AS torch
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
