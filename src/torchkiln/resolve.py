@@ -12,7 +12,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from torchkiln.arch import Capability, coverage, format_arch_list, parse_arch_list
@@ -294,7 +296,7 @@ def _alternatives(
 
 def _import_name(requirement: str) -> str:
     """``torchvision==0.29.1`` -> ``torchvision`` (the module a companion requirement installs)."""
-    return re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0].strip().lower().replace("-", "_")
+    return canonicalize_name(Requirement(requirement).name).replace("-", "_")
 
 
 def _precompile(spec: Spec, torch_plan: TorchPlan) -> tuple[str, ...]:

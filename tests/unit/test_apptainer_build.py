@@ -94,6 +94,13 @@ def fake_apptainer(tmp: Path, mode: str = "ok") -> tuple[Path, Path]:
     return bindir, log
 
 
+def apptainer_first_on_path(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str = "ok") -> tuple[Path, Path]:
+    """``fake_apptainer``, put first on PATH for the test."""
+    bindir, log = fake_apptainer(tmp, mode)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return bindir, log
+
+
 def _spec(tmp: Path) -> Path:
     """examples/cpu.toml and its app in a folder of their own (the .sif lands next to the spec)."""
     folder = tmp / "proj"
@@ -171,8 +178,7 @@ def test_apptainer_is_never_picked_on_its_own(
 def test_build_runs_apptainer_build_on_the_definition_with_the_sources_placed_then_removed(
     tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bindir, log = fake_apptainer(tmp_path)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch)
     spec, ctx = _spec(tmp_path), tmp_path / "ctx"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -239,8 +245,7 @@ def test_fakeroot_reaches_apptainer_build_when_not_root(fakeroot: bool, tmp_path
 def test_tag_names_the_sif_and_dry_run_prints_the_command_without_building(
     tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bindir, log = fake_apptainer(tmp_path)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     spec = _spec(tmp_path)
     code, out, err = run(capsys, "build", str(spec), "--engine", "apptainer", "--tag", "out/img.sif", "--dry-run",
@@ -262,8 +267,7 @@ def test_tag_names_the_sif_and_dry_run_prints_the_command_without_building(
 def test_a_failed_build_leaves_the_previous_sif_and_no_partial_file_or_secrets(
     tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bindir, log = fake_apptainer(tmp_path, mode="fail")
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch, mode="fail")
     spec, ctx = _spec(tmp_path), tmp_path / "ctx"
     old = _sif(spec / SIF_NAME).read_bytes()
     ca = tmp_path / "ca.pem"
@@ -291,8 +295,7 @@ def test_what_apptainer_cannot_do_is_refused_before_anything_is_written(
     args: list[str], words: str, tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bindir, log = fake_apptainer(tmp_path)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     spec = _spec(tmp_path)
     code, _, err = run(capsys, "build", str(spec), "--engine", "apptainer", "--context", str(tmp_path / "ctx"),
@@ -305,8 +308,7 @@ def test_what_apptainer_cannot_do_is_refused_before_anything_is_written(
 def test_offline_bootstrap_from_a_file_relative_to_where_kiln_runs(
     tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bindir, log = fake_apptainer(tmp_path)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "base.oci.tar").write_bytes(b"not really a tar")
     code, out, err = run(capsys, "build", str(_spec(tmp_path)), "--engine", "apptainer", "--bootstrap",
@@ -333,8 +335,7 @@ def test_localimage_base_must_be_a_sif() -> None:
 def test_run_and_verify_use_the_sif_the_build_wrote(
     tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bindir, log = fake_apptainer(tmp_path)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch)
     spec = _spec(tmp_path)
     sif = spec / SIF_NAME
 

@@ -62,7 +62,6 @@ COMMAND_MODULES = (
 )
 
 
-
 def load_commands(args: list[str]) -> None:
     """Register the command ``args`` names, or every command when they name none (help, typos).
 

@@ -27,6 +27,17 @@ SpecArg = Annotated[
     typer.Argument(help="Path to a kiln.toml spec (or a folder that holds one).", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+# the base of an Apptainer definition (kiln render --format apptainer, kiln build --engine apptainer)
+FromOpt = Annotated[
+    str | None,
+    typer.Option("--from", help="apptainer: the base image reference, or the archive / .sif path for "
+                 "docker-archive, oci-archive and localimage (default: the plan's base image)."),
+]
+BuilderFromOpt = Annotated[
+    str | None,
+    typer.Option("--builder-from", help="apptainer: the compiling stage's base when extensions build on a "
+                 "CUDA devel image (default: the plan's toolchain image; a file for the file bootstraps)."),
+]
 
 
 def print_json(data: Any) -> None:

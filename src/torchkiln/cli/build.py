@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
 from torchkiln.engines import ApptainerEngine, BuildEvent, Engine, StepRecord, get_engine
 from torchkiln.engines.pipeline import (
     BuildOptions,
@@ -31,6 +31,7 @@ from torchkiln.engines.pipeline import (
     load_plan,
     sif_path,
 )
+from torchkiln.errors import InputError
 from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
 from torchkiln.runner import Runner
 from torchkiln.sources import layer_from_flags
@@ -123,6 +124,19 @@ class StepDisplay:
             err_console.print(escape(text), highlight=False)
 
 
+def missing_image(
+    ref: str, engine_name: str, spec: Path, target: str = "runtime", tag: str | None = None
+) -> InputError:
+    """The error for a spec's image that was never built, with the `kiln build` command that builds it."""
+    apptainer = engine_name == "apptainer"
+    again = (f" --target {target}" if target != "runtime" else "") + (" --engine apptainer" if apptainer else "")
+    where = "" if apptainer else f" in {engine_name}"  # a .sif is a file, in no store
+    return InputError(
+        f"the image {ref} does not exist{where}.",
+        hint=f"Build it first: kiln build {spec}{again}" + (f" --tag {tag}" if tag else ""),
+    )
+
+
 def engine_label(info: dict[str, str]) -> str:
     """``docker 27.3.1``; apptainer has no server: its client's own name and version (``apptainer 1.3.4``)."""
     return f"{info['name']} {info['server_version']}" if info["server_version"] else info["client_version"]
@@ -198,16 +212,8 @@ def build_cmd(
                                          "the default), docker-daemon, or offline docker-archive, oci-archive, "
                                          "localimage (a file given with --from)."),
     ] = None,
-    from_: Annotated[
-        str | None,
-        typer.Option("--from", help="apptainer: the base image reference, or the archive / .sif file for the file "
-                                    "bootstraps (default: the plan's base image)."),
-    ] = None,
-    builder_from: Annotated[
-        str | None,
-        typer.Option("--builder-from", help="apptainer: the compiling stage's base when extensions build on a CUDA "
-                                            "devel image (a file for the file bootstraps)."),
-    ] = None,
+    from_: FromOpt = None,
+    builder_from: BuilderFromOpt = None,
     push: Annotated[
         bool, typer.Option("--push", help="Push the image after a successful build (not with apptainer).")
     ] = False,

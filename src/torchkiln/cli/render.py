@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import typer
 
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, print_json
+from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._load import load_plan
 from torchkiln.errors import KilnError
 from torchkiln.plan import BuildPlan
@@ -41,16 +41,8 @@ def render_cmd(
         typer.Option("--bootstrap", help="apptainer: where the base image comes from (docker pulls it; "
                      "docker-daemon, docker-archive, oci-archive and localimage work offline)."),
     ] = "docker",
-    from_: Annotated[
-        str | None,
-        typer.Option("--from", help="apptainer: the base image reference, or the archive / .sif path for "
-                     "docker-archive, oci-archive and localimage (default: the plan's base image)."),
-    ] = None,
-    builder_from: Annotated[
-        str | None,
-        typer.Option("--builder-from", help="apptainer: the compiling stage's base when extensions build on a "
-                     "CUDA devel image (default: the plan's toolchain image; a file for the file bootstraps)."),
-    ] = None,
+    from_: FromOpt = None,
+    builder_from: BuilderFromOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Render the spec's multi-stage Dockerfile (runtime and dev targets) and its build context.

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from torchkiln.cli import app
-from torchkiln.cli.build import EngineOpt, Target, make_runner
+from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
 from torchkiln.engines import Mount, get_engine
 from torchkiln.engines.pipeline import image_for, load_plan
 from torchkiln.errors import InputError
@@ -71,13 +71,7 @@ def run_cmd(
     engine = get_engine(engine_name, make_runner())
     ref = image_for(engine.name, plan, spec_dir, target, tag)
     if not engine.image_exists(ref):
-        again = (f" --target {target}" if target != "runtime" else "") + (
-            f" --engine {engine.name}" if engine.name == "apptainer" else "")
-        where = "" if engine.name == "apptainer" else f" in {engine.name}"  # a .sif is a file, in no store
-        raise InputError(
-            f"the image {ref} does not exist{where}.",
-            hint=f"Build it first: kiln build {spec}{again}" + (f" --tag {tag}" if tag else ""),
-        )
+        raise missing_image(ref, engine.name, spec, target, tag)
     result = engine.run(
         ref,
         list(command or []),

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
-from torchkiln.cli.build import make_runner
+from torchkiln.cli.build import make_runner, missing_image
 from torchkiln.engines import Engine, get_engine
 from torchkiln.errors import InputError
 from torchkiln.verify.checks import CHECK_NAMES
@@ -135,9 +135,8 @@ def verify_cmd(
             labels_spec, carried = image_spec(engine, target)
             options = dataclasses.replace(options, spec=None if carried else labels_spec, spec_in_image=carried)
         elif not engine.image_exists(target):
-            apptainer = engine.name == "apptainer"
-            raise InputError(f"the image {target} does not exist{'' if apptainer else f' in {engine.name}'}.",
-                             hint=f"Build it first: kiln build {spec}{' --engine apptainer' if apptainer else ''}")
+            assert spec is not None  # payload comes from --spec
+            raise missing_image(target, engine.name, spec)
         attached = "GPUs attached" if gpus else "no GPUs"
         with err_console.status(f"running the checks in {escape(target)} with {engine.name} ({attached})…"):
             report = verify_image(target, engine, options)
