@@ -105,7 +105,7 @@ def test_suppression_scan_reads_ids_case_insensitively() -> None:
 
 def test_config_ignore_severity_and_per_file(tmp_path: Path) -> None:
     df = tmp_path / "dev.Dockerfile"
-    df.write_text("FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\nENV TORCH_CUDA_ARCH_LIST=8.0\n")
+    df.write_text('FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\nENV TORCH_CUDA_ARCH_LIST=8.0\nCMD ["vllm", "serve", "m"]\n')
     base = lint_paths([df])
     assert {f.rule for f in base.findings} == {"KL001", "KL005", "KL012"}
     cfg = LintConfig(
@@ -120,6 +120,7 @@ def test_config_ignore_severity_and_per_file(tmp_path: Path) -> None:
 def test_target_changes_the_final_stage() -> None:
     text = (
         "FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS dev\n"
+        'CMD ["uvicorn", "app:app"]\n'
         "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS runtime\n"
         "USER 1000\n"
     )

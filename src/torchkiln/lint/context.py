@@ -45,6 +45,16 @@ TRAINING_PACKAGES = frozenset(
 )  # fmt: skip
 _TRAINING_WORDS = re.compile(r"\b(torchrun|deepspeed|accelerate\s+launch|train[a-z_]*\.py|finetun\w*)\b", re.I)
 
+#: CMD/ENTRYPOINT words that mark an image that serves requests (a deployed image, where running
+#: as root or shipping the CUDA toolkit is a real cost); dev, CI and training images do not match
+_SERVING_WORDS = re.compile(
+    r"(\bserve\b|api_server|\bserver\b|uvicorn|gunicorn|launcher\b|tritonserver|streamlit|gradio"
+    r"|\bflask\b|handler\.py|\bapp\.py)",
+    re.I,
+)
+#: packages that compile CUDA code at run time (JIT), so their image needs nvcc (a devel base)
+JIT_PACKAGES = frozenset({"deepspeed", "flashinfer", "flashinfer-python", "apex", "mamba-ssm", "causal-conv1d"})
+
 
 @dataclass(frozen=True)
 class Step:
@@ -72,6 +82,7 @@ class Context:
     steps: list[Step] = field(default_factory=list)
     snippets: list[Snippet] = field(default_factory=list)
     training_evidence: str | None = None
+    serving_evidence: str | None = None
 
     @property
     def is_training(self) -> bool:
@@ -81,6 +92,16 @@ class Context:
 
     def in_final_chain(self, stage: Stage) -> bool:
         return any(s.index == stage.index for s in self.final_chain)
+
+    def torch_installed_by_dockerfile(self, step: Step) -> bool:
+        """Whether a RUN before ``step`` (in its chain) installs torch itself."""
+        assert self.df is not None
+        chain = {s.index for s in self.df.chain(step.stage)}
+        for s in self.steps:
+            if s.stage.index in chain and s.ins.line < step.ins.line:
+                if any(installs_torch(i) == "yes" for i in s.installs):
+                    return True
+        return False
 
     def torch_before(self, step: Step) -> TorchState:
         """Whether torch is installed when ``step`` starts (before its own commands)."""
@@ -119,7 +140,25 @@ def build_context(source: Source, config: LintConfig) -> Context:
         ctx.snippets.extend(step.snippets)
     ctx.snippets.sort(key=lambda s: s.lines[0] if s.lines else 0)
     ctx.training_evidence = _training_evidence(ctx)
+    ctx.serving_evidence = _serving_evidence(ctx)
     return ctx
+
+
+def _serving_evidence(ctx: Context) -> str | None:
+    """The final image's CMD/ENTRYPOINT when it starts a server (evidence of a deployed image)."""
+    last: Instruction | None = None
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword in ("CMD", "ENTRYPOINT"):
+                last = ins
+    if last is None:
+        return None
+    m = _SERVING_WORDS.search(" ".join(last.args))
+    return f"{last.keyword} runs {m.group(0)!r} (line {last.line})" if m else None
+
+
+def base_ships_torch(image: str | None) -> bool:
+    return image is not None and bool(_TORCH_BASE.search(image))
 
 
 def _apply_env(

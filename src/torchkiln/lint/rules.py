@@ -12,10 +12,21 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from packaging.version import InvalidVersion, Version
+
 from torchkiln.lint.config import Severity
-from torchkiln.lint.context import NGC_PYTORCH, TORCH_FAMILY, Context, Step, installs_torch, iter_commands
-from torchkiln.lint.model import FileKind, Instruction, Stage, arg_pairs, env_pairs
-from torchkiln.lint.shell import Install, Req, split_assignment, tokenize
+from torchkiln.lint.context import (
+    JIT_PACKAGES,
+    NGC_PYTORCH,
+    TORCH_FAMILY,
+    Context,
+    Step,
+    base_ships_torch,
+    installs_torch,
+    iter_commands,
+)
+from torchkiln.lint.model import FileKind, Instruction, Stage, arg_pairs, env_pairs, substitute
+from torchkiln.lint.shell import Command, Install, Req, split_assignment, tokenize
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,9 @@ def _stage_label(stage: Stage) -> str:
         "devel images add the whole CUDA toolkit (nvcc, headers, static libraries) to the runtime "
         "image: several GB that a deployed model never uses, and a larger attack surface. NVIDIA's "
         "images come in base/runtime/devel flavours precisely so that devel is used to build and "
-        "runtime to ship."
+        "runtime to ship. Reported only for an image that serves (its CMD/ENTRYPOINT starts a "
+        "server) and installs nothing that compiles CUDA code at run time (DeepSpeed ops, "
+        "FlashInfer, apex, extension builds): dev, CI and JIT images need the toolkit."
     ),
     source="NVIDIA CUDA container images, 'Image flavors' (hub.docker.com/r/nvidia/cuda)",
     fix=(
@@ -120,10 +133,10 @@ def _stage_label(stage: Stage) -> str:
     ),
 )
 def devel_base_in_final(ctx: Context) -> Iterator[Hit]:
-    if ctx.df is None or ctx.final is None:
+    if ctx.df is None or ctx.final is None or ctx.serving_evidence is None:
         return
     base = ctx.df.base_image(ctx.final)
-    if base is None:
+    if base is None or _needs_toolkit_at_run_time(ctx):
         return
     _, tag, _ = image_tag(base)
     if tag and _DEVEL_TAG.search(tag):
@@ -136,6 +149,18 @@ def devel_base_in_final(ctx: Context) -> Iterator[Hit]:
             "the build stage only what runs (the venv, the wheels).",
             stage=ctx.final.label,
         )
+
+
+def _needs_toolkit_at_run_time(ctx: Context) -> bool:
+    """The final image compiles CUDA code when it runs: a JIT package, an extension build, or an
+    install whose contents we cannot see (a requirements file, a project)."""
+    for step in ctx.steps:
+        if not ctx.in_final_chain(step.stage):
+            continue
+        for inst in step.installs:
+            if inst.names & JIT_PACKAGES or inst.has("--requirement", "--file") or inst.tool == "setup.py":
+                return True
+    return any(ctx.in_final_chain(b.step.stage) for b in extension_builds(ctx))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,18 +176,40 @@ def _removed_later(step: Step, inst: Install, path: str | None) -> bool:
     for cmd, _, _ in step.commands:
         if cmd is inst.command:
             later = True
-        elif later and cmd.name == "rm" and any(w.text.rstrip("/") == path for w in cmd.words[1:]):
+        elif later and cmd.name == "rm" and any(_same_dir(w.text, path) for w in cmd.words[1:]):
             return True
+    return False
+
+
+def _same_dir(word: str, path: str) -> bool:
+    """``rm`` of ``path``, ``path/``, ``path/*`` or a parent folder of it removes the cache."""
+    w = word.rstrip("/")
+    if w.endswith("/*"):
+        w = w[:-2]
+    return bool(w) and (w == path or path.startswith(w + "/"))
+
+
+def _cache_cleared(step: Step, inst: Install) -> bool:
+    """A later command of the same RUN empties the tool's cache (`pip cache purge`, `uv cache clean`)."""
+    later = False
+    for cmd, _, _ in step.commands:
+        if cmd is inst.command:
+            later = True
+        elif later and cmd.argv[1:3] in (("cache", "purge"), ("cache", "clean"), ("cache", "prune")):
+            if cmd.name.startswith("pip") or cmd.name in ("uv", "python", "python3") or "-m" in cmd.argv[:3]:
+                return True
     return False
 
 
 def _cache_ok(inst: Install, step: Step) -> bool:
     env = {**inst.env, **inst.command.assigned()}
     targets = step.cache_targets()
+    if _cache_cleared(step, inst):
+        return True
     if inst.tool == "pip":
         if inst.has("--no-cache-dir") or _env_has(env, "PIP_NO_CACHE_DIR"):
             return True
-        cache_dir = (inst.values("--cache-dir") or (env.get("PIP_CACHE_DIR"),))[-1]
+        cache_dir = (inst.values("--cache-dir") or (env.get("PIP_CACHE_DIR") or "/root/.cache/pip",))[-1]
         return _removed_later(step, inst, cache_dir) or any(
             t.rstrip("/").endswith(("/.cache/pip", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
             for t in targets
@@ -170,7 +217,7 @@ def _cache_ok(inst: Install, step: Step) -> bool:
     if inst.tool == "uv":
         if inst.has("--no-cache") or _env_has(env, "UV_NO_CACHE"):
             return True
-        cache_dir = (inst.values("--cache-dir") or (env.get("UV_CACHE_DIR"),))[-1]
+        cache_dir = (inst.values("--cache-dir") or (env.get("UV_CACHE_DIR") or "/root/.cache/uv",))[-1]
         return _removed_later(step, inst, cache_dir) or any(
             t.rstrip("/").endswith(("/.cache/uv", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
             for t in targets
@@ -224,11 +271,12 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
     "KL003",
     "apt-lists-not-removed",
     "warning",
-    "apt-get install without removing /var/lib/apt/lists in the same RUN",
+    "apt-get update without removing /var/lib/apt/lists in the same RUN",
     why=(
         "apt-get update downloads package lists (tens of MB) into /var/lib/apt/lists. Removing them "
         "in a later RUN does not shrink the image: the earlier layer keeps them. They must be removed "
-        "in the RUN that installs, or kept out of the layer with a cache mount."
+        "in the RUN that downloads them, or kept out of the layer with a cache mount. A RUN that "
+        "installs without `apt-get update` adds no lists, so the finding is on the RUN that updates."
     ),
     source="Docker docs 'Building best practices: apt-get' (docs.docker.com/build/building/best-practices/)",
     fix=(
@@ -240,21 +288,29 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
     for step in ctx.steps:
         if not ctx.in_final_chain(step.stage):
             continue
-        apt = [i for i in step.installs if i.tool == "apt"]
-        if not apt:
+        updates = [
+            cmd for cmd, _, _ in step.commands if cmd.name in ("apt-get", "apt", "aptitude") and "update" in cmd.argv[1:]
+        ]
+        if not updates:
             continue
         if any(t.rstrip("/") in ("/var/lib/apt", "/var/lib/apt/lists") for t in step.cache_targets()):
             continue
-        cleaned = any(
-            cmd.name == "rm" and any(w.text.startswith("/var/lib/apt/lists") for w in cmd.words[1:])
-            for cmd, _, _ in step.commands
-        )
-        if not cleaned:
+        if not any(_removes(cmd, "/var/lib/apt/lists") for cmd, _, _ in step.commands):
             yield Hit(
-                apt[0].line,
-                f"apt-get install in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer",
+                updates[0].line,
+                f"apt-get update in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer",
                 stage=step.stage.label,
             )
+
+
+def _removes(cmd: Command, folder: str) -> bool:
+    """``rm -rf <folder>...`` or ``find <folder> ... -delete`` (or ``-exec rm``)."""
+    args = [w.text for w in cmd.words[1:]]
+    if cmd.name == "rm":
+        return any(a.startswith(folder) or folder.startswith(a.rstrip("/*") + "/") for a in args if a.startswith("/"))
+    if cmd.name == "find":
+        return any(a.startswith(folder) for a in args) and ("-delete" in args or "rm" in args)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +371,7 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
 
 
 def _is_dependency_install(inst: Install, tools_before: set[str]) -> bool:
-    if inst.tool in ("apt", "conda"):
+    if inst.tool in ("apt", "conda", "dnf", "apk"):
         return True
     if inst.tool not in ("pip", "uv"):
         return False
@@ -343,7 +399,9 @@ _NONROOT_BASE = re.compile(r"nonroot|distroless.*:nonroot|^cgr\.dev/", re.I)
     why=(
         "A process running as root in the container is root on the host's files it can reach "
         "(mounted datasets, checkpoints, the model cache) and turns any container escape into a root "
-        "compromise. Model servers and training jobs need no root."
+        "compromise. A model server needs no root. Reported only for an image whose CMD/ENTRYPOINT "
+        "starts a server: dev, CI and training images usually run as root on purpose (mounted "
+        "workspaces, apt at run time), and say so by having no serving command."
     ),
     source=(
         "Docker docs 'Building best practices: USER'; CIS Docker Benchmark 4.1 ('Ensure that a user "
@@ -354,7 +412,7 @@ _NONROOT_BASE = re.compile(r"nonroot|distroless.*:nonroot|^cgr\.dev/", re.I)
     ),
 )
 def runs_as_root(ctx: Context) -> Iterator[Hit]:
-    if ctx.df is None or ctx.final is None:
+    if ctx.df is None or ctx.final is None or ctx.serving_evidence is None:
         return
     last: Instruction | None = None
     for st in ctx.final_chain:
@@ -367,7 +425,7 @@ def runs_as_root(ctx: Context) -> Iterator[Hit]:
             return
         yield Hit(
             ctx.final.line,
-            f"final {_stage_label(ctx.final)} sets no USER: the container runs as root",
+            f"final {_stage_label(ctx.final)} sets no USER: the server ({ctx.serving_evidence}) runs as root",
             stage=ctx.final.label,
         )
         return
@@ -543,12 +601,27 @@ _SDIST_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "torch-cluster": ("TORCH_CUDA_ARCH_LIST",),
     "torch-spline-conv": ("TORCH_CUDA_ARCH_LIST",),
 }
-#: source trees (git URLs, checkouts) that are CUDA extensions
+#: source trees (git URLs, checkouts) that are CUDA extensions: the repository (or folder) name,
+#: matched whole, so `tests/vllm_test_utils` is not vLLM
 _EXTENSION_REPOS = re.compile(
-    r"(apex|flash[-_]attention|flash[-_]attn|xformers|mamba|causal[-_]conv1d|pytorch3d|detectron2|nvdiffrast"
-    r"|tiny[-_]cuda[-_]nn|vllm|transformerengine|natten|gsplat|deepspeed|grouped[-_]gemm|fused[-_]\w+)",
+    r"^(apex|flash[-_]attention|flash[-_]attn|xformers|mamba|mamba[-_]ssm|causal[-_]conv1d|pytorch3d|detectron2"
+    r"|nvdiffrast|tiny[-_]cuda[-_]nn|vllm|transformerengine|natten|gsplat|deepspeed|grouped[-_]gemm)$",
     re.I,
 )
+#: extensions whose setup.py passes its own -gencode flags, so torch ignores TORCH_CUDA_ARCH_LIST:
+#: flash-attention (setup.py cc_flag, FLASH_ATTN_CUDA_ARCHS from 2.7), mamba-ssm and causal-conv1d
+#: (setup.py cc_flag: their own list per CUDA version)
+_OWN_GENCODE = frozenset({"flash-attn", "flash-attention", "mamba", "mamba-ssm", "causal-conv1d"})
+#: extensions heavy enough to OOM a builder with one nvcc job per CPU (KL011)
+_HEAVY = frozenset(
+    {"flash-attn", "flash-attention", "xformers", "vllm", "apex", "deepspeed", "transformerengine",
+     "transformer-engine", "transformer-engine-torch", "mamba", "mamba-ssm", "detectron2", "pytorch3d"}
+)  # fmt: skip
+#: mamba-ssm and causal-conv1d: setup.py (CachedWheelsCommand) fetches a prebuilt wheel for the
+#: installed torch/CUDA unless this is TRUE (state-spaces/mamba setup.py, causal-conv1d setup.py)
+_FORCE_BUILD = {"mamba": "MAMBA_FORCE_BUILD", "mamba-ssm": "MAMBA_FORCE_BUILD", "causal-conv1d": "CAUSAL_CONV1D_FORCE_BUILD"}
+#: `<PKG>_SKIP_CUDA_BUILD=TRUE` (flash-attn, mamba-ssm, causal-conv1d setup.py): nothing is compiled
+_SKIP_CUDA = re.compile(r"^\w+_SKIP_CUDA_BUILD$")
 _CUDA_SIGNALS = re.compile(r"^(FORCE_CUDA|\w*_CUDA_EXT|WITH_CUDA|BUILD_CUDA\w*)$")
 
 
@@ -589,10 +662,24 @@ def extension_builds(ctx: Context) -> Iterator[ExtBuild]:
             yield ExtBuild(step, inst, label, arch_vars, env, cwd)
 
 
+def _repo_name(where: str) -> str:
+    """The repository or folder name of a git URL, a path or a checkout."""
+    w = where.split("#", 1)[0].split("@git+", 1)[-1]
+    if "://" in w:
+        w = re.sub(r"@[^/]*$", "", w.split("://", 1)[1])
+    w = w.rstrip("/")
+    w = w[:-4] if w.endswith(".git") else w
+    return w.rsplit("/", 1)[-1]
+
+
 def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | None) -> str | None:
+    if any(_SKIP_CUDA.match(k) and (env.get(k) or "").upper() == "TRUE" for k in env):
+        return None  # the package's setup.py compiles nothing
     if inst.tool == "setup.py":
+        if inst.sub not in ("install", "develop", "build", "build_ext", "bdist_wheel", "bdist_egg"):
+            return None
         where = cwd or ""
-        m = _EXTENSION_REPOS.search(where.rsplit("/", 1)[-1]) if where else None
+        m = _EXTENSION_REPOS.search(_repo_name(where)) if where else None
         if m:
             return m.group(1).lower()
         return f"the setup.py build in {where or 'the working directory'}" if _cuda_signal(env, inst) else None
@@ -611,11 +698,31 @@ def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | No
                 return "xformers"
         elif r.kind in ("vcs", "url", "path"):
             where = r.text if r.kind != "path" or r.text not in (".", "./") else (cwd or "")
-            m = _EXTENSION_REPOS.search(where)
+            m = _EXTENSION_REPOS.search(r.name or "") or _EXTENSION_REPOS.search(_repo_name(where))
             if m and not (m.group(1).lower() == "deepspeed" and not any(k.startswith("DS_BUILD_") for k in env)):
                 return m.group(1).lower()
             if r.kind == "path" and _cuda_signal(env, inst):
                 return f"{r.text} (CUDA extension)"
+    return None
+
+
+#: flash-attn's setup.py (class NinjaBuildExtension) sets MAX_JOBS from the CPU count and the
+#: free memory (about 9 GB a job) when it is unset; released in 2.5.8 (April 2024)
+_FA_AUTO_MAX_JOBS = Version("2.5.8")
+#: FLASH_ATTN_CUDA_ARCHS is read by flash-attn's setup.py from 2.7.0; older releases have no knob
+_FA_ARCHS_SINCE = Version("2.7.0")
+
+
+def _pinned(inst: Install, name: str) -> Version | None:
+    """The exact version an install asks for (``name==X``), None when unpinned or unknown."""
+    for r in inst.reqs:
+        if r.name == name and r.kind == "name":
+            m = re.search(r"===?\s*([0-9][0-9A-Za-z.+-]*)", r.text)
+            if m:
+                try:
+                    return Version(m.group(1))
+                except InvalidVersion:
+                    return None
     return None
 
 
@@ -645,8 +752,10 @@ def _arch_value(env: Mapping[str, str | None], names: Iterable[str]) -> tuple[st
 )
 def ext_arch_list(ctx: Context) -> Iterator[Hit]:
     for b in extension_builds(ctx):
-        if b.label == "flash-attn":
-            continue  # flash-attn ignores TORCH_CUDA_ARCH_LIST: KL020
+        if b.label in _OWN_GENCODE:
+            continue  # its setup.py picks its own architectures (flash-attn: KL020)
+        if ctx.df is not None and NGC_PYTORCH.match(ctx.df.base_image(b.step.stage) or ""):
+            continue  # NGC's PyTorch images set TORCH_CUDA_ARCH_LIST in their environment
         got = _arch_value(b.env, b.arch_vars)
         if got is not None and (got[1] or "").strip().lower() != "native":
             continue
@@ -662,13 +771,15 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
 @rule(
     "KL020",
     "flash-attn-without-arch-list",
-    "warning",
+    "info",
     "flash-attn is built without FLASH_ATTN_CUDA_ARCHS",
     why=(
         "flash-attn's setup.py passes its own -gencode flags, so torch ignores TORCH_CUDA_ARCH_LIST "
-        "for it; it reads FLASH_ATTN_CUDA_ARCHS instead (default 80;90;100;120 in 2.8). Without it "
-        "every default architecture is compiled: hours of nvcc for GPUs you may not have, and no "
-        "kernels for an architecture outside the default."
+        "for it; from 2.7 it reads FLASH_ATTN_CUDA_ARCHS instead (default 80;90;100;120 in 2.8). "
+        "Without it every default architecture is compiled: hours of nvcc for GPUs you may not "
+        "have. Reported only when flash-attn is really compiled (FLASH_ATTENTION_FORCE_BUILD=TRUE, "
+        "or a source checkout; otherwise setup.py downloads a prebuilt wheel) and is 2.7 or newer "
+        "(or unpinned): older releases have no such variable."
     ),
     source="Dao-AILab/flash-attention setup.py (cc_flag / FLASH_ATTN_CUDA_ARCHS), flash-attention#1776",
     fix='Set FLASH_ATTN_CUDA_ARCHS to your targets without dots, e.g. `ENV FLASH_ATTN_CUDA_ARCHS="80;90"`.',
@@ -676,6 +787,11 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
 def flash_attn_archs(ctx: Context) -> Iterator[Hit]:
     for b in extension_builds(ctx):
         if b.label != "flash-attn" or _env_has(b.env, "FLASH_ATTN_CUDA_ARCHS"):
+            continue
+        if (b.env.get("FLASH_ATTENTION_FORCE_BUILD") or "").upper() != "TRUE":
+            continue  # setup.py fetches the matching prebuilt wheel: nothing is compiled
+        v = _pinned(b.install, "flash-attn")
+        if v is not None and v < _FA_ARCHS_SINCE:
             continue
         extra = (
             " (TORCH_CUDA_ARCH_LIST is set, but flash-attn ignores it)"
@@ -778,8 +894,17 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
 )
 def ext_max_jobs(ctx: Context) -> Iterator[Hit]:
     for b in extension_builds(ctx):
-        if _env_has(b.env, "MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL"):
+        if _env_has(b.env, "MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL") or b.label not in _HEAVY:
             continue
+        if b.label == "deepspeed" and not _env_true(b.env, "DS_BUILD_OPS"):
+            continue  # a few DS_BUILD_<OP>=1 ops are small; DS_BUILD_OPS=1 builds them all
+        force = _FORCE_BUILD.get(b.label)
+        if force and (b.env.get(force) or "").upper() != "TRUE":
+            continue  # setup.py downloads the matching prebuilt wheel unless forced to build
+        if b.label in ("flash-attn", "flash-attention"):
+            v = _pinned(b.install, "flash-attn")
+            if v is None or v >= _FA_AUTO_MAX_JOBS:
+                continue  # its setup.py sizes MAX_JOBS from cores and free memory when unset
         yield Hit(
             b.install.line,
             f"{b.label} is compiled with no MAX_JOBS: ninja starts one nvcc job per CPU",
@@ -1115,6 +1240,472 @@ def nvidia_docker(ctx: Context) -> Iterator[Hit]:
             "apt-get", "apt", "yum", "dnf", "zypper",
         ):  # fmt: skip
             yield Hit(cmd.line, "installs the deprecated nvidia-docker2 package")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch replaced or unpinned on a torch-bearing base: KL021, KL022
+
+#: packages whose releases pin an exact torch (vLLM, SGLang, xformers wheels are built for one torch
+#: each; see the `pairs` of xformers in knowledge/extensions.toml): installing one resolves torch
+#: to that release and replaces the base image's build
+_TORCH_PINNERS = frozenset({"vllm", "xformers", "sglang", "lmdeploy", "tensorrt-llm", "unsloth"})
+
+
+def _ngc_constraints(image: str) -> bool | None:
+    """Whether an NGC PyTorch image ships /etc/pip/constraint.txt (None: release unknown)."""
+    from torchkiln.knowledge import load_knowledge
+
+    _, tag, _ = image_tag(image)
+    m = re.match(r"(\d\d\.\d\d)", tag or "")
+    if not m:
+        return None
+    for r in load_knowledge().ngc:
+        if r.ngc == m.group(1):
+            return r.constraints
+    return m.group(1) >= "25.03"  # knowledge/ngc.toml: "ships /etc/pip/constraint.txt (from 25.03)"
+
+
+def _constrained(inst: Install) -> bool:
+    if inst.has("--constraint", "--constraints", "--no-deps"):
+        return True
+    env = {**inst.env, **inst.command.assigned()}
+    return _env_has(env, "PIP_CONSTRAINT" if inst.tool == "pip" else "UV_CONSTRAINT")
+
+
+@rule(
+    "KL021",
+    "torch-replaced-by-dependency",
+    "warning",
+    "A package that pins torch is installed over the base image's torch",
+    why=(
+        "The base image ships a torch build (NGC's own, or the PyTorch image's). vLLM, SGLang and "
+        "xformers pin one exact torch release each, so `pip install vllm==X` or `pip install -U "
+        "xformers` quietly downloads a different torch (and its CUDA libraries) over it: GBs more, "
+        "and NGC's patches, or the extensions built against the old torch, are gone."
+    ),
+    source=(
+        "xformers README (wheels per torch release; knowledge/extensions.toml `pairs`); vLLM docs "
+        "'Installation: use an existing PyTorch'; NGC PyTorch release notes (constraint.txt)"
+    ),
+    fix=(
+        "Install the release that matches the base image's torch, with --no-deps or a constraints "
+        "file that pins torch (`pip install -c /etc/pip/constraint.txt ...`), or start from a base "
+        "without torch."
+    ),
+)
+def torch_replaced(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        base = ctx.df.base_image(step.stage)
+        if not base_ships_torch(base):
+            continue
+        assert base is not None
+        if ctx.torch_installed_by_dockerfile(step):
+            continue  # the Dockerfile chose its own torch: the pins were meant for it
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "add"):
+                continue
+            source_builds = " ".join(inst.values("--no-binary"))
+            pinners = sorted(n for n in inst.names & _TORCH_PINNERS if n not in source_builds and ":all:" not in source_builds)
+            if not pinners or inst.names & TORCH_FAMILY or _constrained(inst):
+                continue
+            if inst.tool == "pip" and NGC_PYTORCH.match(base) and _ngc_constraints(base) and "PIP_CONSTRAINT" not in inst.env:
+                continue  # NGC's constraint.txt pins torch: pip refuses instead of replacing it
+            yield Hit(
+                inst.line,
+                f"{_tool_label(inst)} {', '.join(pinners)} on {base}: its torch pin replaces the image's torch",
+                stage=step.stage.label,
+            )
+
+
+@rule(
+    "KL022",
+    "pip-constraint-cleared",
+    "warning",
+    "PIP_CONSTRAINT is emptied on an NGC PyTorch base",
+    why=(
+        "NGC PyTorch images from 25.03 set PIP_CONSTRAINT=/etc/pip/constraint.txt, which pins torch "
+        "and the packages NVIDIA built against it. Setting PIP_CONSTRAINT to an empty value turns "
+        "that off for every later pip install, so any dependency may now replace NVIDIA's torch."
+    ),
+    source="NVIDIA PyTorch container release notes 25.03+ (/etc/pip/constraint.txt); knowledge/ngc.toml",
+    fix=(
+        "Keep NGC's constraints and override one pin where needed: write your own constraints file "
+        "that includes /etc/pip/constraint.txt (`-c /etc/pip/constraint.txt`) minus the line you must "
+        "change, or pass --no-deps for the one package that conflicts."
+    ),
+)
+def pip_constraint_cleared(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for st in ctx.df.stages:
+        base = ctx.df.base_image(st)
+        if base is None or not NGC_PYTORCH.match(base) or _ngc_constraints(base) is False:
+            continue
+        for ins in st.instructions:
+            pairs: list[tuple[str, str | None]] = []
+            if ins.keyword == "ENV":
+                pairs = list(env_pairs(ins))
+            elif ins.keyword == "ARG":
+                pairs = list(arg_pairs(ins))
+            for k, v in pairs:
+                if k == "PIP_CONSTRAINT" and v is not None and not v.strip():
+                    yield Hit(ins.line, f"{ins.keyword} PIP_CONSTRAINT=\"\" turns off {base}'s pip constraints", stage=st.label)
+    for step in ctx.steps:
+        base = ctx.df.base_image(step.stage)
+        if base is None or not NGC_PYTORCH.match(base) or _ngc_constraints(base) is False:
+            continue
+        for cmd, _, _ in step.commands:
+            words = list(cmd.assignments) + (list(cmd.words[1:]) if cmd.name == "export" else [])
+            for w in words:
+                pair = split_assignment(w.text)
+                if pair and pair[0] == "PIP_CONSTRAINT" and not pair[1].strip():
+                    yield Hit(cmd.line, f"PIP_CONSTRAINT= turns off {base}'s pip constraints", stage=step.stage.label)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL023: torch's CUDA build vs the image's toolkit
+
+_CUDA_TAG = re.compile(r"^(\d+)\.(\d+)")
+_CU_INDEX = re.compile(r"/(?:whl/)?cu(\d{2,3})(?:/|$)|\+cu(\d{2,3})\b")
+
+
+def _image_toolkit(image: str) -> tuple[int, int] | None:
+    """The CUDA toolkit of an nvidia/cuda devel image (only devel images have nvcc)."""
+    repo, tag, _ = image_tag(image)
+    if not repo.endswith("nvidia/cuda") or not tag or not _DEVEL_TAG.search(tag):
+        return None
+    m = _CUDA_TAG.match(tag)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _default_cuda(version: str) -> str | None:
+    """The CUDA variant a plain `pip install torch==version` gets from the default index."""
+    from torchkiln.knowledge import _load, load_knowledge
+
+    try:
+        rel = load_knowledge().release_of(version)
+    except InvalidVersion:
+        return None
+    if rel is not None:
+        return rel.default_cuda
+    v = Version(version)
+    for row in _load("torch.toml").get("pypi_default_cuda", []):
+        if row["series"] == f"{v.major}.{v.minor}":
+            return str(row["default_cuda"])
+    return None
+
+
+def _torch_cuda(inst: Install) -> tuple[int, str] | None:
+    """(CUDA major, how we know) of the torch this install gets; None when unknown."""
+    for r in inst.reqs:
+        if r.name == "torch" or r.text.startswith("torch=="):
+            m = _CU_INDEX.search(r.text)
+            if m:
+                return int((m.group(1) or m.group(2))[:-1]), f"the {r.text} wheel"
+    urls = inst.values("--index-url", "--extra-index-url", "--find-links", "--index", "--default-index")
+    for u in urls:
+        m = _CU_INDEX.search(u)
+        if m and inst.has("--index-url", "--index", "--default-index"):
+            return int((m.group(1) or m.group(2))[:-1]), f"the index {u}"
+    if any("cu" in u for u in urls):
+        return None  # an extra CUDA index: which one wins depends on the versions there
+    for r in inst.reqs:
+        text = substitute(r.text, inst.env) or ""
+        m = re.fullmatch(r"torch\s*===?\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text.strip())
+        if m:
+            cuda = _default_cuda(m.group(1))
+            if cuda:
+                return int(cuda.split(".")[0]), f"torch {m.group(1)} from the default index (CUDA {cuda})"
+    return None
+
+
+@rule(
+    "KL023",
+    "torch-cuda-toolkit-mismatch",
+    "error",
+    "torch's CUDA major differs from the image's CUDA toolkit",
+    why=(
+        "torch.utils.cpp_extension refuses to build an extension when nvcc's CUDA major differs "
+        "from the one torch was built with ('The detected CUDA version mismatches the version that "
+        "was used to compile PyTorch'), and DeepSpeed, apex or any JIT op then fails in the image. "
+        "A plain `pip install torch==1.13.0` gets a CUDA 11.7 build, whatever toolkit the base has."
+    ),
+    source=(
+        "pytorch torch/utils/cpp_extension.py _check_cuda_version; knowledge/torch.toml "
+        "(default_cuda of each release); NVIDIA CUDA images (devel tags carry the toolkit)"
+    ),
+    fix=(
+        "Install the torch variant of the toolkit's CUDA major (`--index-url "
+        "https://download.pytorch.org/whl/cu121` on a CUDA 12.1 image), or pick a base whose toolkit "
+        "matches the torch you need."
+    ),
+)
+def torch_toolkit_mismatch(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        toolkit = _image_toolkit(ctx.df.base_image(step.stage) or "")
+        if toolkit is None:
+            continue
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv") or "torch" not in inst.names and not any(
+                r.text.startswith("torch==") for r in inst.reqs
+            ):
+                continue
+            got = _torch_cuda(inst)
+            if got is not None and got[0] != toolkit[0]:
+                yield Hit(
+                    inst.line,
+                    f"{got[1]} is a CUDA {got[0]} build, but the image's toolkit is CUDA "
+                    f"{toolkit[0]}.{toolkit[1]}: extensions and JIT ops will not compile",
+                    stage=step.stage.label,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL024: the forward-compatibility libcuda in a runtime image
+
+
+@rule(
+    "KL024",
+    "cuda-compat-in-library-path",
+    "warning",
+    "The CUDA forward-compatibility libraries are put on the library path of the final image",
+    why=(
+        "/usr/local/cuda/compat holds a libcuda.so for running a newer CUDA on an older datacenter "
+        "driver. Registered with ldconfig (or LD_LIBRARY_PATH) it is loaded instead of the host "
+        "driver's libcuda: on a host whose driver is newer than it, or on a GeForce GPU, CUDA fails "
+        "('system has unsupported display driver / cuda driver combination', error 803)."
+    ),
+    source=(
+        "NVIDIA CUDA Compatibility guide, 'Forward Compatibility' (the compat package is for "
+        "datacenter GPUs and older drivers only); nvidia/cuda images leave compat off the default path"
+    ),
+    fix=(
+        "Do not ldconfig the compat folder in the image; where an old driver really needs it, add it "
+        "at run time (`-e LD_LIBRARY_PATH=/usr/local/cuda/compat`) on those hosts only."
+    ),
+)
+def cuda_compat(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        if not ctx.in_final_chain(step.stage):
+            continue
+        for cmd, _, _ in step.commands:
+            if cmd.name == "ldconfig" and any("/compat" in w.text and "cuda" in w.text for w in cmd.words[1:]):
+                yield Hit(cmd.line, "ldconfig registers the CUDA compat libcuda for every process", stage=step.stage.label)
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword == "ENV":
+                for k, v in env_pairs(ins):
+                    if k == "LD_LIBRARY_PATH" and re.search(r"cuda[^:]*/compat", v):
+                        yield Hit(ins.line, "LD_LIBRARY_PATH puts the CUDA compat libcuda first", stage=st.label)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL025: kernel drivers in an image
+
+_DRIVER_PACKAGE = re.compile(
+    r"^(nvidia-driver(-\d+)?(-open|-server|-server-open)?|nvidia-dkms-.+|nvidia-kernel-(source|common|open)-.+"
+    r"|cuda-drivers(-\d+)?|nvidia-headless(-no-dkms)?-\d+.*|kmod-nvidia.*|akmod-nvidia|dkms)(=.*)?$"
+)
+
+
+@rule(
+    "KL025",
+    "kernel-driver-in-image",
+    "error",
+    "A kernel driver package is installed in the image",
+    why=(
+        "A container shares the host's kernel: it cannot load kernel modules, so nvidia-driver-*, "
+        "nvidia-dkms-*, cuda-drivers and dkms only add hundreds of MB (and a libcuda that may "
+        "shadow the host's). The NVIDIA Container Toolkit mounts the host driver's user-space "
+        "libraries into the container at run time."
+    ),
+    source=(
+        "NVIDIA Container Toolkit docs ('the NVIDIA driver must be installed on the host; the "
+        "container needs only the CUDA user-space'); nvidia/cuda image documentation"
+    ),
+    fix="Remove the driver packages from the Dockerfile; install the driver on the host and run with `--gpus all`.",
+)
+def kernel_driver(ctx: Context) -> Iterator[Hit]:
+    for step in ctx.steps:
+        for inst in step.installs:
+            if inst.tool not in ("apt", "dnf"):
+                continue
+            bad = [r.text for r in inst.reqs if _DRIVER_PACKAGE.match(r.text)]
+            if bad:
+                yield Hit(
+                    inst.line,
+                    f"installs {', '.join(bad[:3])}: kernel drivers cannot be loaded inside a container",
+                    stage=step.stage.label,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL026: `python setup.py install` builds of CUDA extensions
+
+
+@rule(
+    "KL026",
+    "setup-py-install-extension",
+    "warning",
+    "A CUDA extension is installed with `python setup.py install/develop`",
+    why=(
+        "`setup.py install` is deprecated by setuptools: it writes an egg pip does not track (pip "
+        "cannot uninstall or upgrade it, and a later `pip install` of the package puts a second copy "
+        "beside it), builds with no wheel to cache or copy into a runtime stage, and skips the "
+        "dependency check. For a CUDA extension it also hides which torch it was built against."
+    ),
+    source="setuptools 'SetuptoolsDeprecationWarning: setup.py install is deprecated'; pip docs 'Build system interface'",
+    fix=(
+        "Build a wheel and install it: `pip install --no-build-isolation .` (or `pip wheel "
+        "--no-build-isolation -w /wheels .` in a build stage and `pip install /wheels/*.whl` later)."
+    ),
+)
+def setup_py_install(ctx: Context) -> Iterator[Hit]:
+    for b in extension_builds(ctx):
+        if b.install.tool == "setup.py" and b.install.sub in ("install", "develop"):
+            yield Hit(
+                b.install.line,
+                f"{b.label} is built and installed with `setup.py {b.install.sub}`",
+                stage=b.step.stage.label,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL027: dnf/yum/microdnf and apk caches
+
+_RPM_CACHE = ("/var/cache/dnf", "/var/cache/yum", "/var/cache/libdnf5")
+
+
+@rule(
+    "KL027",
+    "rpm-apk-cache-in-layer",
+    "warning",
+    "dnf/yum/microdnf or apk install leaves the package cache in the layer",
+    why=(
+        "dnf, yum and microdnf keep repository metadata and downloaded RPMs in /var/cache/dnf or "
+        "/var/cache/yum (easily 100+ MB with the CUDA repository); apk keeps its index in "
+        "/var/cache/apk. Removed in a later RUN they still ship in this layer."
+    ),
+    source=(
+        "Red Hat UBI docs ('dnf clean all' in the same RUN); Docker docs 'Building best practices'; "
+        "Alpine wiki 'apk add --no-cache'; hadolint DL3032/DL3040/DL3019"
+    ),
+    fix=(
+        "End the RUN with `&& dnf clean all` (yum/microdnf: `clean all`; and `rm -rf /var/cache/dnf`), "
+        "or use `apk add --no-cache`; a BuildKit cache mount on the cache folder also works."
+    ),
+)
+def rpm_apk_cache(ctx: Context) -> Iterator[Hit]:
+    for step in ctx.steps:
+        if not ctx.in_final_chain(step.stage):
+            continue
+        targets = [t.rstrip("/") for t in step.cache_targets()]
+        for inst in step.installs:
+            if inst.tool == "dnf":
+                cleaned = any(
+                    (cmd.name in ("dnf", "yum", "microdnf", "tdnf") and cmd.argv[1:3] == ("clean", "all"))
+                    or any(_removes(cmd, c) for c in _RPM_CACHE)
+                    for cmd, _, _ in step.commands
+                ) or any(t.startswith(_RPM_CACHE) for t in targets)
+                if not cleaned:
+                    yield Hit(inst.line, f"{inst.sub} install without `{inst.sub} clean all` in the same RUN", stage=step.stage.label)
+            elif inst.tool == "apk":
+                cleaned = inst.has("--no-cache") or any(_removes(cmd, "/var/cache/apk") for cmd, _, _ in step.commands)
+                if not (cleaned or any(t.startswith(("/var/cache/apk", "/etc/apk/cache")) for t in targets)):
+                    yield Hit(inst.line, "apk add without --no-cache keeps the package index in the layer", stage=step.stage.label)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL028: shell syntax errors in RUN
+
+
+@rule(
+    "KL028",
+    "run-shell-syntax-error",
+    "error",
+    "A RUN command is not valid shell",
+    why=(
+        "docker build hands the RUN text to /bin/sh -c; a syntax error (an `if` without `fi`, a "
+        "stray `then`, an unclosed quote, a `\\` continuation that swallows a `;`) stops the build, "
+        "often after the slow steps before it have run. The text is checked by bash's own parser "
+        "(`bash -n`), on exactly the string BuildKit runs (continuations joined)."
+    ),
+    source="GNU Bash manual, 'Invoking Bash' (-n: read commands but do not execute them); Dockerfile reference 'RUN'",
+    fix="Fix the shell syntax at the place bash names; check with `bash -n -c '<the RUN text>'`.",
+)
+def shell_syntax(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for st in ctx.df.stages:
+        shell_ok = True
+        for ins in st.instructions:
+            if ins.keyword == "SHELL":
+                shell_ok = bool(ins.args) and ins.args[0].rsplit("/", 1)[-1] in ("sh", "bash", "dash")
+            if ins.keyword != "RUN" or ins.exec_form or ins.heredocs or not ins.args or not shell_ok:
+                continue
+            err = bash_syntax_error(ins.args[0])
+            if err is not None:
+                yield Hit(ins.line, f"bash -n: {err}", end_line=ins.end_line, stage=st.label)
+
+
+def bash_syntax_error(text: str) -> str | None:
+    """bash's own message for a syntax error in ``text`` (None: valid, or no bash here)."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        return None
+    r = subprocess.run([bash, "-n", "-c", text], capture_output=True, text=True, check=False)
+    if r.returncode == 0:
+        return None
+    lines = [ln.split(": ", 2)[-1] for ln in r.stderr.strip().splitlines() if "syntax error" in ln or "unexpected" in ln]
+    return "; ".join(lines) or r.stderr.strip().splitlines()[-1]
+
+# ---------------------------------------------------------------------------------------------
+# KL029: an unquoted version specifier is a redirection
+
+
+@rule(
+    "KL029",
+    "unquoted-version-specifier",
+    "error",
+    "An unquoted `>=`/`<=` in a pip/uv/conda command is a shell redirection",
+    why=(
+        "In `pip install flash-attn>=2.0` the shell reads `>` as a redirection: pip installs any "
+        "flash-attn (the newest, or whatever the resolver picks) and its output goes to a file named "
+        "'=2.0'. The build succeeds, the constraint is silently gone. (`<=` reads a file named "
+        "'=...' instead and fails.)"
+    ),
+    source="GNU Bash manual, 'Redirections'; pip docs 'Requirement Specifiers' (quote specifiers in a shell)",
+    fix='Quote the requirement: pip install "flash-attn>=2.0".',
+    applies_to=("dockerfile", "script", "apptainer"),
+)
+def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
+    for sn in ctx.snippets:
+        toks = tokenize(sn.text)
+        installer = False
+        for i, t in enumerate(toks):
+            if t.kind == "op":
+                installer = False
+            elif t.kind == "word" and t.text.rsplit("/", 1)[-1] in ("pip", "pip3", "uv", "conda", "mamba", "micromamba"):
+                installer = True
+            elif installer and t.kind == "redir" and t.text in (">", "<") and i + 1 < len(toks):
+                nxt = toks[i + 1]
+                if nxt.kind == "word" and nxt.start == t.end and nxt.raw.startswith("="):
+                    prev = toks[i - 1].text if i and toks[i - 1].end == t.start else ""
+                    spec = f"{prev}{t.text}{nxt.raw}"
+                    yield Hit(
+                        sn.file_line(t.index),
+                        f"`{spec}` is not a version specifier to the shell: `{t.text}` redirects to a file named '{nxt.raw}'",
+                        fix=f'Quote it: "{prev or "package"}{t.text}{nxt.raw}".',
+                    )
 
 
 def ordered_rules() -> list[Rule]:

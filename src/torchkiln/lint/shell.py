@@ -386,7 +386,7 @@ def _wheel_name(url: str) -> str | None:
     return canonicalize_name(base.split("-", 1)[0]) if "-" in base else None
 
 
-InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py"]
+InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py", "dnf", "apk"]
 
 # pip / uv options that take a value (long names; short ones are mapped first)
 _VALUE_OPTS = frozenset(
@@ -460,26 +460,46 @@ def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
     if re.fullmatch(r"pip(\d(\.\d+)?)?", prog):
         if len(argv) >= 2 and argv[1] in ("install", "wheel", "download"):
             opts, pos = _opts(argv[2:])
+            # pip's option parser (optparse) accepts any unambiguous prefix of a long option:
+            # `--no-cache` is `--no-cache-dir` (pip/_internal/cli/cmdoptions.py; Python optparse docs)
+            if "--no-cache" in opts:
+                opts.setdefault("--no-cache-dir", opts.pop("--no-cache"))
             return Install("pip", argv[1], cmd, opts, _reqs(opts, pos), env)
         return None
     if prog == "uv":
         rest = argv[1:]
         if rest[:2] in (["pip", "install"], ["pip", "sync"]):
             opts, pos = _opts(rest[2:])
-            return Install("uv", rest[1], cmd, opts, _reqs(opts, pos), env)
+            return Install("uv", rest[1], cmd, _uv_aliases(opts), _reqs(opts, pos), env)
         if rest[:1] in (["sync"], ["add"]):
             opts, pos = _opts(rest[1:])
-            return Install("uv", rest[0], cmd, opts, _reqs(opts, pos), env)
+            return Install("uv", rest[0], cmd, _uv_aliases(opts), _reqs(opts, pos), env)
         return None
     if prog in ("apt-get", "apt", "aptitude") and "install" in argv[1:]:
         opts, pos = _opts(argv[1:])
         pkgs = tuple(Req(p, "name", p) for p in pos if p != "install")
         return Install("apt", "install", cmd, opts, pkgs, env)
+    if prog in ("dnf", "yum", "microdnf", "tdnf") and "install" in argv[1:]:
+        opts, pos = _opts(argv[1:])
+        pkgs = tuple(Req(p, "name", p) for p in pos if p != "install")
+        return Install("dnf", prog, cmd, opts, pkgs, env)
+    if prog == "apk" and "add" in argv[1:]:
+        opts, pos = _opts(argv[1:])
+        pkgs = tuple(Req(p, "name", p) for p in pos if p != "add")
+        return Install("apk", "add", cmd, opts, pkgs, env)
     if prog in ("conda", "mamba", "micromamba") and len(argv) >= 2 and argv[1] in ("install", "create"):
         opts, pos = _opts(argv[2:])
         pkgs = tuple(Req(p, "name", canonicalize_name(re.split(r"[=<>!]", p, maxsplit=1)[0])) for p in pos)
         return Install("conda", argv[1], cmd, opts, pkgs, env)
     return None
+
+
+def _uv_aliases(opts: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """uv accepts pip's spelling `--no-cache-dir` as an alias of `--no-cache` (uv's CLI reference,
+    'uv pip install --no-cache': "alias: --no-cache-dir"); `-n` is its short form."""
+    if "--no-cache-dir" in opts and "--no-cache" not in opts:
+        opts = {**opts, "--no-cache": opts["--no-cache-dir"]}
+    return opts
 
 
 def _opts(args: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:

@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1.7
-# KL001: the final stage builds on a devel stage, so nvcc and the headers ship.
+# KL001: the final stage of a server builds on a devel stage, so nvcc and the headers ship.
 FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 AS build
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/venv && /opt/venv/bin/pip install numpy==2.1.0
@@ -7,4 +7,4 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # expect: KL001
 FROM build AS runtime
 USER 1000:1000
-CMD ["/opt/venv/bin/python", "-c", "import numpy"]
+CMD ["/opt/venv/bin/python", "-m", "uvicorn", "app:app"]

@@ -4,4 +4,4 @@ ENV LANG=C.UTF-8
 
 # expect: KL005
 FROM base AS runtime
-CMD ["nvidia-smi"]
+CMD ["python3", "-m", "vllm.entrypoints.openai.api_server"]

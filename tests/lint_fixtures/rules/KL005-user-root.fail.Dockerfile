@@ -5,4 +5,4 @@ USER app
 RUN id
 # expect: KL005
 USER root
-CMD ["nvidia-smi"]
+CMD ["python3", "-m", "vllm.entrypoints.openai.api_server"]

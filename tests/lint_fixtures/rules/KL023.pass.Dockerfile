@@ -1,0 +1,4 @@
+# torch's CUDA major matches the toolkit's.
+FROM nvidia/cuda:12.1.1-devel-ubuntu22.04
+RUN pip install --no-cache-dir torch==2.3.1 --index-url https://download.pytorch.org/whl/cu121
+USER 1000:1000
