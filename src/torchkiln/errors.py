@@ -31,11 +31,13 @@ class KilnError(Exception):
     """Base of every error that reaches the user. ``hint`` says how to fix it."""
 
     exit_code: ExitCode = ExitCode.CHECK_FAILED
+    #: the fix shown when the raiser gives none: every error exit prints a `fix:` line
+    default_hint: str = "Run the command again with --debug to see every step; the message names what failed."
 
     def __init__(self, message: str, hint: str | None = None, *, details: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = hint or self.default_hint
         #: extra text shown after the message (e.g. the last lines of a failed build step)
         self.details = details
 
@@ -53,39 +55,58 @@ class SpecError(KilnError):
     """kiln.toml is missing, is not TOML, or does not validate."""
 
     exit_code = ExitCode.SPEC
+    default_hint = "Fix the spec as the message says; `kiln init` writes a commented example of every table."
 
 
 class ResolveError(KilnError):
-    """The spec is well-formed but cannot be satisfied (the message says why, the hint what works)."""
+    """The spec is well-formed but cannot be satisfied (the message says why, the hint what works).
+
+    ``fixes``: the changes the hint offers, as spec patches (``{table: {key: value}}``, or
+    ``{table: [...]}`` to replace an array of tables); each was checked to resolve.
+    """
 
     exit_code = ExitCode.RESOLVE
+    default_hint = "Change the spec as the message says; `kiln explain --gpus` lists the GPUs known."
+
+    def __init__(self, message: str, hint: str | None = None, *, details: str | None = None,
+                 fixes: tuple[dict[str, object], ...] = ()) -> None:
+        super().__init__(message, hint, details=details)
+        self.fixes = fixes
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "fixes": list(self.fixes)}
 
 
 class EngineMissingError(KilnError):
     """No container engine is installed or usable (daemon down, too old, no permission)."""
 
     exit_code = ExitCode.ENGINE_MISSING
+    default_hint = "Install and start docker (or podman); `kiln build --dry-run` shows what would run."
 
 
 class BuildError(KilnError):
     """A container engine command failed; ``details`` holds the tail of its output."""
 
     exit_code = ExitCode.BUILD
+    default_hint = "Read the failing step's lines above; `kiln build --debug` shows the whole log."
 
 
 class InputError(KilnError):
     """An input file or image is missing, truncated, corrupt, or not what it claims to be."""
 
     exit_code = ExitCode.INPUT
+    default_hint = "Give a complete image name, image archive (docker-archive/OCI), .sif, wheel or ELF file."
 
 
 class NoGPUError(KilnError):
     """A GPU was required but none is visible."""
 
     exit_code = ExitCode.NO_GPU
+    default_hint = "Run on a machine with an NVIDIA GPU and driver (nvidia-smi must list one)."
 
 
 class SourceError(KilnError):
     """A package source (index, wheel folder, CA bundle) is unusable."""
 
     exit_code = ExitCode.SOURCE
+    default_hint = "Check the index URL, wheel folder or CA bundle named above (see docs/build.md)."

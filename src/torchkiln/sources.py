@@ -387,10 +387,16 @@ def check_ca_bundle(path: str) -> Path:
 
 
 def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
-    """Hard-link (or copy, across file systems) every distribution file of ``folders`` into ``dest``.
+    """Put every distribution file of ``folders`` into ``dest``.
 
     Distribution files already in ``dest`` are removed first, so it holds exactly the current folders' files.
+    Wheels are hard-linked (torch wheels are GBs) only into torchkiln's own cache folder, the default
+    build contexts nobody edits; anywhere else (``kiln build --context DIR``) they are copied, so no
+    file the user can reach aliases one of theirs.
     """
+    from torchkiln.base import kiln_cache_dir
+
+    link = dest.resolve().is_relative_to(kiln_cache_dir().resolve())
     if dest.exists():
         for child in dest.iterdir():
             if child.name.endswith(_DIST_SUFFIXES):
@@ -410,6 +416,8 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
             if not f.is_file() or not f.name.endswith(_DIST_SUFFIXES) or (dest / f.name).exists():
                 continue
             try:
+                if not link:
+                    raise OSError("copy")
                 os.link(f, dest / f.name)
             except OSError:
                 shutil.copy2(f, dest / f.name)

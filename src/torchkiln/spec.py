@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from torchkiln.errors import SpecError
+from torchkiln.redact import has_credential, redact
 
 _IMAGE_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _REGISTRY_PREFIX = re.compile(r"^[A-Za-z0-9.-]+(?::\d+)?/")
@@ -378,6 +379,9 @@ def _describe(err: dict[str, Any], origin: str) -> str:
 
 def parse_spec(data: dict[str, Any], origin: str = "kiln.toml") -> Spec:
     """Validate a parsed TOML document."""
+    if _depth(data) > MAX_DEPTH:
+        raise _too_deep(origin)
+    _no_credentials_outside_sources(data, origin)
     try:
         return Spec.model_validate(data)
     except ValidationError as e:
@@ -390,10 +394,37 @@ def parse_spec(data: dict[str, Any], origin: str = "kiln.toml") -> Spec:
         ) from None
 
 
+def _no_credentials_outside_sources(data: Any, origin: str) -> None:
+    """A credential in any table but [sources] would be written into the Dockerfile and the image.
+
+    [sources] reaches a build only as a BuildKit secret, so only there may URLs carry credentials.
+    """
+    if not isinstance(data, dict):
+        return
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in data.items() if k != "sources"]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str) and has_credential(value):
+            table = where.split(".", 1)[0]
+            raise SpecError(
+                f"{origin}: [{where}] holds a credential ({redact(value)}); it would be stored in the "
+                "Dockerfile and the image.",
+                hint="Put the index or repository and its credentials in [sources] (index_url, "
+                "extra_index_urls: passed to the build as a secret, never stored), or use a netrc; "
+                f"keep only the plain name or URL in [{table}].",
+            )
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((where, v) for v in value)
+
+
 def load_spec(path: Path) -> Spec:
     """Read and validate ``kiln.toml`` (or a folder holding one)."""
     p = path / "kiln.toml" if path.is_dir() else path
     if not p.exists():
+        if p.name.lower() in ("true", "false", "yes", "no", "0", "1"):
+            raise SpecError(f"{p}: no such file.", hint=f"Flags such as --json take no value: drop '{p.name}'.")
         raise SpecError(f"{p}: no such file.", hint="Give the path of a kiln.toml, or create one with `kiln init`.")
     try:
         raw = p.read_bytes()
@@ -406,4 +437,30 @@ def load_spec(path: Path) -> Spec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{p}: not valid TOML: {e}.", hint="Fix the TOML syntax at the line named.") from None
+    except RecursionError:  # tomllib recurses once per nested array / inline table
+        raise _too_deep(str(p)) from None
     return parse_spec(data, origin=str(p))
+
+
+#: no kiln.toml value nests deeper than [[extensions]] -> env -> value; far more is a mangled file
+MAX_DEPTH = 32
+
+
+def _too_deep(origin: str) -> SpecError:
+    return SpecError(
+        f"{origin}: arrays or tables nested more than {MAX_DEPTH} deep; no kiln.toml key takes such a value.",
+        hint="Remove the nested [ ] / { } (a spec's values are strings, lists of strings and small tables).",
+    )
+
+
+def _depth(data: object) -> int:
+    """How deeply lists and tables nest in ``data`` (iteratively: the input may be deeper than the stack)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, d = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, d)
+            if deepest > MAX_DEPTH:
+                return deepest
+            stack.extend((v, d + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest

@@ -14,11 +14,25 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from typer.core import TyperOption
 from typer.exceptions import TyperException
 
 from torchkiln import __version__
 from torchkiln.cli._common import err_console, state
 from torchkiln.errors import ExitCode, KilnError
+from torchkiln.redact import redact, redact_data
+
+
+def _flag_type(self: TyperOption, ctx: object) -> str | None:
+    """Flags take no value: show none in --help (typer 0.29's rich help prints ``<bool>`` for them,
+    which reads as "--json true"; the plain formatter already leaves it out)."""
+    if self.is_flag:
+        return None
+    return _typer_option_type(self, ctx)
+
+
+_typer_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
 app = typer.Typer(
     name="kiln",
@@ -93,12 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("[red]aborted[/red]")
         return int(ExitCode.INTERRUPTED)
-    except TyperException as e:  # usage errors: typer prints its own message and usage line
-        show = getattr(e, "show", None)
-        if callable(show):
-            show()
-        else:
-            err_console.print(f"error: {e.format_message()}")
+    except TyperException as e:  # usage errors: the usage line, the error, and where the options are
+        ctx = getattr(e, "ctx", None)
+        if ctx is not None:
+            err_console.print(ctx.get_usage(), markup=False, highlight=False)
+        command = ctx.command_path if ctx is not None else "kiln"
+        err_console.print(f"[bold red]error:[/bold red] {escape(e.format_message())}", highlight=False)
+        err_console.print(f"[bold]fix:[/bold] see `{escape(command)} --help` for what it takes "
+                          "(flags such as --json take no value).", highlight=False)
         return int(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/red]")
@@ -108,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(e: KilnError, wants_json: bool) -> None:
     if wants_json:
-        print(json.dumps(e.to_dict(), indent=2))
+        print(json.dumps(redact_data(e.to_dict()), indent=2))
     # messages name spec tables such as [torch]: escape them, or rich would read them as markup
-    err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/bold red] {escape(redact(e.message))}", highlight=False, soft_wrap=True)
     if e.details:
-        err_console.print(e.details, highlight=False, markup=False, soft_wrap=True)
+        err_console.print(redact(e.details), highlight=False, markup=False, soft_wrap=True)
     if e.hint:
-        err_console.print(f"[bold]fix:[/bold] {escape(e.hint)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold]fix:[/bold] {escape(redact(e.hint))}", highlight=False, soft_wrap=True)

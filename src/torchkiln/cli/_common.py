@@ -3,16 +3,53 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+from torchkiln.redact import redact, redact_data
+
+
+class _Redacting:
+    """A stream that masks credentials in everything written to it, then writes to sys.stdout/stderr.
+
+    The stream is looked up at each write (tests and ``typer`` swap sys.stdout); the rest of the file
+    interface (isatty, fileno, encoding) is the real stream's, so rich detects terminals as before.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def _stream(self) -> TextIO:
+        stream: TextIO = getattr(sys, self._name)
+        return stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._stream, attr)
+
+
+def _width(name: str) -> int | None:
+    """Piped output is not cut to rich's 80 columns: tables get room for their values (COLUMNS wins)."""
+    stream = getattr(sys, name)
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return None if tty or os.environ.get("COLUMNS") else 200
+
+
+console = Console(file=_Redacting("stdout"), highlight=False, soft_wrap=True, width=_width("stdout"))  # type: ignore[arg-type]
+err_console = Console(file=_Redacting("stderr"), highlight=False, soft_wrap=True, width=_width("stderr"))  # type: ignore[arg-type]
 
 
 @dataclass
@@ -40,8 +77,33 @@ BuilderFromOpt = Annotated[
 ]
 
 
+def host_resources() -> tuple[int, float]:
+    """This machine's CPU cores (the ones this process may use) and available memory in GiB."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    mem_gib = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                mem_gib = int(line.split()[1]) / 1024**2
+                break
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return cores, mem_gib or 8.0
+
+
+def duration(minutes: float) -> str:
+    if minutes < 1:
+        return "< 1 min"
+    if minutes < 90:
+        return f"~{minutes:.0f} min"
+    return f"~{minutes / 60:.1f} h"
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(json.dumps(redact_data(data), indent=2, sort_keys=False) + "\n")
 
 
 def spec_path(path: Path) -> Path:

@@ -6,50 +6,26 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, print_json
+from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._load import load_plan
 from torchkiln.knowledge import load_knowledge
 from torchkiln.render.extensions import BuildEstimate, estimate_builds
-
-
-def host_resources() -> tuple[int, float]:
-    """This machine's CPU cores (the ones this process may use) and available memory in GiB."""
-    import os
-
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    mem_gib = 0.0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                mem_gib = int(line.split()[1]) / 1024**2
-                break
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return cores, mem_gib or 8.0
-
-
-def _duration(minutes: float) -> str:
-    if minutes < 1:
-        return "< 1 min"
-    if minutes < 90:
-        return f"~{minutes:.0f} min"
-    return f"~{minutes / 60:.1f} h"
 
 
 def _estimate_table(estimates: tuple[BuildEstimate, ...], cores: int, mem_gib: float) -> Table:
     t = Table(title=f"Compile time and memory on {cores} cores and {mem_gib:.0f} GiB (rough estimates)",
               title_justify="left")
     for c in ("build", "archs", "MAX_JOBS", "peak memory", "CPU time", "wall time", "basis"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")
     for e in estimates:
-        t.add_row(e.what, str(e.archs), f"{e.jobs} ({e.per_job_gib} GiB each)", f"~{e.peak_gib} GiB",
-                  _duration(e.cpu_minutes), _duration(e.wall_minutes), e.basis)
+        t.add_row(*(Text(x) for x in (e.what, str(e.archs), f"{e.jobs} ({e.per_job_gib} GiB each)",
+                                      f"~{e.peak_gib} GiB", duration(e.cpu_minutes), duration(e.wall_minutes),
+                                      e.basis)))
     return t
 
 
@@ -106,21 +82,22 @@ def explain_cmd(
                     "builds": {"cores": n_cores, "memory_gib": round(mem_gib, 1),
                                "estimates": [e.to_dict() for e in estimates]}})
         return
-    t = Table(title=f"Why {plan.image_ref} is built this way", title_justify="left")
-    t.add_column("decision", style="bold")
-    t.add_column("choice")
-    t.add_column("why")
-    t.add_column("source", style="dim")
+    t = Table(title=f"Why {escape(plan.image_ref)} is built this way", title_justify="left")
+    t.add_column("decision", style="bold", overflow="fold")
+    t.add_column("choice", overflow="fold")
+    t.add_column("why", overflow="fold")
+    t.add_column("source", style="dim", overflow="fold")
     for d in plan.decisions:
         src = ", ".join(
             f"{k}: {kb.sources[k]['title']}" if k in kb.sources else k
             for k in (s.strip() for s in d.source.split(",")) if k
         ) if d.source and d.source in kb.sources else d.source
-        t.add_row(d.topic, d.choice, d.why, src)
+        # the texts name spec tables such as [base]: plain text, never rich markup
+        t.add_row(*(Text(x) for x in (d.topic, d.choice, d.why, src)))
     for tg in plan.targets:
-        t.add_row(f"target {tg.name}", f"{tg.capability}", tg.how, "GPUS")
+        t.add_row(*(Text(x) for x in (f"target {tg.name}", f"{tg.capability}", tg.how, "GPUS")))
     console.print(t)
     if estimates:
         console.print(_estimate_table(estimates, n_cores, mem_gib))
     for w in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")

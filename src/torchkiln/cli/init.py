@@ -60,15 +60,39 @@ network = "default"            # "host" to build with host networking
 '''
 
 
+def init_target(path: Path) -> Path:
+    """The file `kiln init PATH` writes: PATH itself when it names a .toml file, else PATH/kiln.toml.
+
+    ``kiln init myproj`` and ``kiln init newdir/`` mean a project folder (a trailing slash does not
+    survive ``Path``), so anything that is not an existing file or a ``.toml`` name is a folder.
+    """
+    if path.is_dir():
+        return path / "kiln.toml"
+    if path.is_file() or path.suffix == ".toml":
+        return path
+    return path / "kiln.toml"
+
+
 @app.command("init")
 def init_cmd(
-    path: Annotated[Path, typer.Argument(help="Where to write the spec.")] = Path("kiln.toml"),
+    path: Annotated[
+        Path,
+        typer.Argument(help="Where to write the spec: a .toml file, or a folder (created if missing) that gets "
+                       "kiln.toml.", show_default=False),
+    ] = Path("kiln.toml"),
     name: Annotated[str, typer.Option("--name", help="Image name to put in the spec.")] = "acme/trainer",
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter kiln.toml."""
-    target = path / "kiln.toml" if path.is_dir() else path
+    target = init_target(path)
     if target.exists() and not force:
         raise KilnError(f"{target} already exists.", hint="Use --force to overwrite it, or give another path.")
-    target.write_text(STARTER.format(name=name), encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(STARTER.format(name=name), encoding="utf-8")
+    except (NotADirectoryError, FileExistsError):
+        raise KilnError(f"{target.parent} is not a folder (a file is in the way).",
+                        hint="Give a folder, or a path ending in .toml.") from None
+    except OSError as e:
+        raise KilnError(f"cannot write {target} ({e.strerror}).", hint="Check the path and its permissions.") from None
     console.print(f"wrote {target}; check it with: kiln resolve {target}")

@@ -7,29 +7,56 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, print_json
+from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._load import load_plan
+from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
+from torchkiln.render.extensions import estimate_builds
+
+
+def _builds(plan: BuildPlan) -> dict[str, str]:
+    """What is compiled during the build, with the wall-time estimate on this machine."""
+    cores, mem_gib = host_resources()
+    return {e.what: f"built from source, {duration(e.wall_minutes)} on {cores} cores (rough estimate; "
+                    "`kiln explain` has the details)"
+            for e in estimate_builds(plan, load_knowledge(), cores, mem_gib)}
 
 
 def _summary(path: Path, plan: BuildPlan) -> Table:
     t = Table(title=f"{path} → {plan.image_ref}", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
-    t.add_row("torch", f"{plan.torch.requirement}  {' '.join(plan.torch.companions)}".strip())
-    t.add_row("CUDA", f"{plan.torch.cuda} ({plan.torch.variant})" if plan.torch.cuda else "none (CPU)")
-    t.add_row("Python", plan.python)
-    t.add_row("base image", plan.base_image)
+    t.add_column(style="bold", overflow="fold")
+    t.add_column(overflow="fold")
+    builds = _builds(plan) if plan.extensions or plan.torch.build else {}
+
+    def row(key: str, value: str) -> None:  # values are plain text: they may name tables such as [base]
+        t.add_row(key, Text(value))
+
+    torch = f"{plan.torch.requirement}  {' '.join(plan.torch.companions)}".strip()
+    row("torch", torch + (f"  — {builds[b]}" if (b := f"torch {plan.torch.version} from source") in builds else ""))
+    row("CUDA", f"{plan.torch.cuda} ({plan.torch.variant})" if plan.torch.cuda else "none (CPU)")
+    row("Python", plan.python)
+    row("base image", plan.base_image)
     if plan.torch.cuda:
-        t.add_row("arch list", plan.arch_list)
-        t.add_row("min driver", f"{plan.min_driver}  (NVIDIA_REQUIRE_CUDA {plan.nvidia_require_cuda})")
+        row("arch list", plan.arch_list)
+        row("min driver", f"{plan.min_driver}  (NVIDIA_REQUIRE_CUDA {plan.nvidia_require_cuda})")
     for tg in plan.targets:
-        mark = "[green]✓[/green]" if tg.covered else "[red]✗[/red]"
-        t.add_row(f"target {tg.name}", f"{mark} {tg.capability} — {tg.how}")
+        t.add_row(f"target {tg.name}", Text.assemble(("✓", "green") if tg.covered else ("✗", "red"),
+                                                     f" {tg.capability} — {tg.how}"))
+    if plan.pip_packages:
+        row("pip packages", " ".join(plan.pip_packages))
+    if plan.apt_packages:
+        row("apt packages", " ".join(plan.apt_packages))
+    for ext in plan.extensions:
+        if ext.build == "prebuilt":
+            how = f"prebuilt wheel {ext.prebuilt}" if ext.prebuilt else "prebuilt wheel"
+        else:
+            how = builds.get(ext.name, "built from source")
+        row(f"extension {ext.name}", f"{ext.spec}  — {how}")
     for w in plan.warnings:
-        t.add_row("[yellow]warning[/yellow]", w)
+        t.add_row(Text("warning", style="yellow"), Text(w))
     return t
 
 

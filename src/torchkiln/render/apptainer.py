@@ -35,7 +35,6 @@ an unquoted ``;`` would end the ``export`` and run ``9.0+PTX`` as a command).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -693,22 +692,11 @@ def _verify_sources() -> list[Path]:
     return [Path(checks.__file__), Path(fatbin.__file__)]
 
 
-def _place(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
-        return
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copy2(src, dest)
-
-
 def write_apptainer_context(
     plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
 ) -> list[Path]:
     """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
-    from torchkiln.render.context import find_uv, replaced_folder
+    from torchkiln.render.context import find_uv, place, replaced_folder
 
     texts = apptainer_files(plan, options)  # validates the plan's values first
     local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
@@ -728,10 +716,10 @@ def write_apptainer_context(
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text, encoding="utf-8")
-        _place(find_uv(), tmp / ".kiln/bin/uv")
+        place(find_uv(), tmp / ".kiln/bin/uv")
         for src in _verify_sources():
             shutil.copyfile(src, tmp / ".kiln/verify" / src.name)
         for item in local:
             assert item is not None
-            _place(spec_dir / item, tmp / item)
+            place(spec_dir / item, tmp / item)
     return sorted(p for p in out_dir.rglob("*") if p.is_file())

@@ -65,15 +65,19 @@ def find_uv() -> Path:
     return Path(find_uv_bin())
 
 
-def _place(src: Path, dest: Path) -> None:
+def place(src: Path, dest: Path) -> None:
+    """Copy a file or folder of the user's (or uv) into a context: never a hard link.
+
+    A rendered context is the user's to read and edit (``kiln render -o DIR``, ``--context DIR``);
+    a hard link would make an edit of ``DIR/train.py`` an edit of the user's own ``train.py``.
+    The only hard links torchkiln makes are of wheel files into its own cache folder (see
+    ``torchkiln.sources.link_wheels``).
+    """
     dest.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
         shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
         return
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copy2(src, dest)
+    shutil.copy2(src, dest)
 
 
 @contextmanager
@@ -129,8 +133,8 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text, encoding="utf-8")
         uv_dest = tmp / ".kiln/bin/uv"
-        _place(find_uv(), uv_dest)
+        place(find_uv(), uv_dest)
         for item in (*plan.app.copy, *ext_paths):
             if not (tmp / item).exists():
-                _place(spec_dir / item, tmp / item)
+                place(spec_dir / item, tmp / item)
     return sorted(p for p in out_dir.rglob("*") if p.is_file())

@@ -1,0 +1,64 @@
+"""Credentials never reach an output: ``redact`` masks them in any text torchkiln prints or writes.
+
+Package sources may carry credentials (``https://user:TOKEN@host/simple``); they reach a build only
+as a BuildKit secret (see ``torchkiln.sources``). Everything else torchkiln shows (plans, ``--json``,
+``explain``, error messages, build logs, rendered files) goes through ``redact`` or ``redact_data``.
+
+What counts as a credential: a URL's password (``user:***@``), a URL user name that is itself a
+token (long, or shaped like a known token), and strings shaped like well-known tokens anywhere.
+Written here because the masking rule is ours (which user names are kept, how a mask looks).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+
+#: well-known token shapes (Hugging Face, GitHub, GitLab, OpenAI-style, AWS keys, Slack, npm, PyPI, NGC)
+TOKEN_SHAPES = re.compile(
+    r"\b(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|npm_[A-Za-z0-9]{30,}"
+    r"|pypi-[A-Za-z0-9_-]{50,}|nvapi-[A-Za-z0-9_-]{30,})\b"
+)
+# scheme://userinfo@ : userinfo is everything up to the last '@' before the host (passwords may hold '@'
+# only percent-encoded, but be generous: stop at whitespace, quotes and '/')
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s'\"<>]*)@")
+#: user names kept as they are when they carry no password (ssh://git@host, https://oauth2@…)
+_PLAIN_USER = re.compile(r"^[a-z][a-z0-9._-]{0,15}$")
+
+
+def _userinfo(m: re.Match[str]) -> str:
+    info = m.group("info")
+    if "$" in info and re.fullmatch(r"[^:]*(:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)?", info):
+        return m.group(0)  # filled from a variable at run time: not a literal credential
+    user, sep, _password = info.partition(":")
+    if sep:
+        shown = user if _PLAIN_USER.match(user) else MASK
+        return f"{m.group('scheme')}{shown}:{MASK}@"
+    if _PLAIN_USER.match(user) or not user:
+        return m.group(0)
+    return f"{m.group('scheme')}{MASK}@"
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential masked; text without one is returned unchanged."""
+    if "@" in text:
+        text = _URL_USERINFO.sub(_userinfo, text)
+    return TOKEN_SHAPES.sub(MASK, text)
+
+
+def redact_data(data: Any) -> Any:
+    """``redact`` applied to every string (keys too) in JSON-like data."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, dict):
+        return {redact_data(k): redact_data(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [redact_data(v) for v in data]
+    return data
+
+
+def has_credential(text: str) -> bool:
+    return redact(text) != text

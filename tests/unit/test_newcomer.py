@@ -1,0 +1,170 @@
+"""A newcomer's first hour (issue 14): the CLI does what its help and the README say."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from torchkiln.cli import COMMAND_MODULES, main
+
+ROOT = Path(__file__).parents[2]
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("arg", ["myproj", "newdir/", "a/b/c"])
+def test_init_with_a_folder_name_writes_folder_kiln_toml(capsys, tmp_path: Path, monkeypatch, arg: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "init", arg)
+    assert code == 0, err
+    target = tmp_path / arg.rstrip("/") / "kiln.toml"
+    assert target.is_file()
+    assert run(capsys, "resolve", arg)[0] == 0
+
+
+def test_init_into_an_existing_folder_and_a_toml_name(capsys, tmp_path: Path) -> None:
+    assert run(capsys, "init", str(tmp_path))[0] == 0
+    assert (tmp_path / "kiln.toml").is_file()
+    assert run(capsys, "init", str(tmp_path / "other.toml"))[0] == 0
+    assert (tmp_path / "other.toml").is_file()
+    code, _, err = run(capsys, "init", str(tmp_path))
+    assert code == 1 and "already exists" in err and "fix:" in err
+
+
+def test_init_under_a_file_is_an_error_not_a_traceback(capsys, tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    code, _, err = run(capsys, "init", str(tmp_path / "f" / "sub"))
+    assert code == 1 and "not a folder" in err and "fix:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [None, *COMMAND_MODULES])
+def test_help_shows_flags_as_flags(capsys, command: str | None) -> None:
+    code, out, _ = run(capsys, *([command] if command else []), "--help")
+    assert code == 0 and "--help" in out
+    assert "<bool>" not in out
+
+
+def test_a_value_after_a_flag_is_explained(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "resolve", str(ROOT / "examples/cpu.toml"), "--json", "true")
+    assert code == 3 and "take no value" in err and "fix:" in err
+
+
+@pytest.mark.parametrize("args", [["resolve", "--bogus"], ["explain"], ["nosuchcommand"], ["render"]])
+def test_usage_errors_say_error_and_fix(capsys, args: list[str]) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    assert re.search(r"^error: ", err, re.M) and re.search(r"^fix: ", err, re.M), err
+
+
+def test_explain_piped_is_not_cut_and_keeps_brackets(capsys) -> None:
+    code, out, _ = run(capsys, "explain", str(ROOT / "examples/flash-attn.toml"))
+    assert code == 0
+    assert "given in [base] image" in out  # rich markup would eat "[base]"
+    assert "…" not in out  # no value cut short
+    assert "nvidia/cuda:12.4.1-runtime-ubuntu22.04" in out
+
+
+def test_resolve_table_shows_extensions_pip_packages_and_source_builds(capsys, tmp_path: Path) -> None:
+    spec = (ROOT / "examples/flash-attn.toml").read_text().replace(
+        "[app]", '[packages]\npip = ["transformers>=4.40"]\napt = ["libgl1"]\n\n[app]')
+    p = tmp_path / "kiln.toml"
+    p.write_text(spec)
+    code, out, _ = run(capsys, "resolve", str(p))
+    assert code == 0
+    assert "transformers>=4.40" in out and "libgl1" in out
+    line = next(x for x in out.splitlines() if "extension flash-attn" in x)
+    assert "flash-attn==2.7.4.post1" in line and "built from source" in line
+    assert re.search(r"~[\d.]+ (h|min) on \d+ cores", line)
+
+
+def test_deeply_nested_toml_is_a_spec_error(capsys, tmp_path: Path) -> None:
+    for value in ("[" * 1200 + "]" * 1200, "{a=" * 1200 + "1" + "}" * 1200, "[" * 40 + "]" * 40):
+        p = tmp_path / "kiln.toml"
+        p.write_text(f'[image]\nname = "a"\n[torch]\npackages = {value}\n')
+        code, out, err = run(capsys, "resolve", str(p))
+        assert code == 3, err
+        assert "nested" in err and "fix:" in err and "Traceback" not in err
+
+
+SECRET = "s3cr3tPLANTED"
+
+
+def test_credentials_never_printed(capsys, tmp_path: Path) -> None:
+    p = tmp_path / "kiln.toml"
+    p.write_text(f'[image]\nname = "a"\n[torch]\nversion = "2.5.1"\ncuda = "cpu"\n[sources]\n'
+                 f'index_url = "https://bob:{SECRET}@pypi.example.com/simple"\n'
+                 f'extra_index_urls = ["https://x:{SECRET}@h/simple"]\n'
+                 f'torch_index = "https://ghp_{SECRET}abcdefghijklmnopqrstuvwxyz@h/whl/{{variant}}"\n')
+    for args in (["resolve", str(p)], ["resolve", str(p), "--json"], ["explain", str(p)],
+                 ["explain", str(p), "--json"], ["render", str(p), "--stdout"],
+                 ["render", str(p), "--format", "apptainer", "--stdout"]):
+        code, out, err = run(capsys, *args)
+        assert code == 0, err
+        assert SECRET not in out + err, args
+    code, out, _ = run(capsys, "resolve", str(p), "--json")
+    assert json.loads(out)["sources"]["index_url"] == "https://bob:***@pypi.example.com/simple"
+    out_dir = tmp_path / "ctx"
+    assert run(capsys, "render", str(p), "-o", str(out_dir))[0] == 0
+    for f in out_dir.rglob("*"):
+        if f.is_file() and f.name != "uv":
+            assert SECRET.encode() not in f.read_bytes(), f
+
+
+@pytest.mark.parametrize("where", [
+    'pip = ["pkg @ https://bob:{s}@host/pkg-1.0-py3-none-any.whl"]',
+    'pip = ["pkg @ git+https://ghp_{s}abcdefghijklmnopqrstuvwxyz0123@github.com/o/pkg"]',
+])
+def test_credentials_outside_sources_are_refused_and_masked(capsys, tmp_path: Path, where: str) -> None:
+    p = tmp_path / "kiln.toml"
+    p.write_text(f'[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[packages]\n{where.format(s=SECRET)}\n')
+    for extra in ([], ["--json"]):
+        code, out, err = run(capsys, "resolve", str(p), *extra)
+        assert code == 3 and "credential" in err and "[sources]" in err
+        assert SECRET not in out + err
+
+
+def test_error_messages_are_redacted(capsys, tmp_path: Path) -> None:
+    p = tmp_path / "kiln.toml"
+    p.write_text(f'[image]\nname = "https://bob:{SECRET}@host/x"\n')
+    code, out, err = run(capsys, "resolve", str(p), "--json")
+    assert code == 3 and SECRET not in out + err
+
+
+def test_render_output_never_aliases_the_users_files(capsys, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('mine')\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "mod.py").write_text("x = 1\n")
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n'
+                                        '[app]\ncopy = ["train.py", "src"]\n')
+    for fmt in ("dockerfile", "apptainer"):
+        out = tmp_path / f"out-{fmt}"
+        assert run(capsys, "render", str(tmp_path), "-o", str(out), "--format", fmt)[0] == 0
+        with open(out / "train.py", "a") as f:
+            f.write("print('edited in the rendered context')\n")
+        (out / "src" / "mod.py").write_text("x = 2\n")
+        assert (tmp_path / "train.py").read_text() == "print('mine')\n"
+        assert (tmp_path / "src" / "mod.py").read_text() == "x = 1\n"
+        for f in out.rglob("*"):
+            if f.is_file():
+                assert f.stat().st_nlink == 1, f  # no hard link to anything (the user's files, the venv's uv)
+
+
+def test_wheels_are_linked_only_into_the_cache(tmp_path: Path, monkeypatch) -> None:
+    from torchkiln.sources import link_wheels
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "a-1.0-py3-none-any.whl").write_bytes(b"PK")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    mine = tmp_path / "ctx" / ".kiln" / "wheels"
+    assert link_wheels([wheels], mine) == ["a-1.0-py3-none-any.whl"]
+    assert (mine / "a-1.0-py3-none-any.whl").stat().st_nlink == 1  # a user-named context: a copy
+    cached = tmp_path / "cache" / "contexts" / "x" / ".kiln" / "wheels"
+    link_wheels([wheels], cached)
+    assert (cached / "a-1.0-py3-none-any.whl").stat().st_ino == (wheels / "a-1.0-py3-none-any.whl").stat().st_ino
