@@ -8,9 +8,13 @@ would work instead (found by searching the knowledge base for the nearest combin
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -18,7 +22,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from torchkiln.arch import Capability, coverage, format_arch_list, parse_arch_list
-from torchkiln.errors import ResolveError
+from torchkiln.errors import KilnError, ResolveError
 from torchkiln.knowledge import Extension, Knowledge, TorchRelease, cuda_key
 from torchkiln.plan import (
     AppPlan,
@@ -249,49 +253,136 @@ def _all_candidates(kb: Knowledge, cudas: Iterable[str] | None = None) -> list[_
     return out
 
 
-def _alternatives(
-    spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Candidate, problems: list[str]
-) -> str:
-    """A short list of combinations that would work, nearest first."""
-    ideas: list[str] = []
-    same_version = [
-        _Candidate(failed.version, failed.release, cu)
-        for cu in sorted(failed.release.variants, key=cuda_key, reverse=True)
-    ]
-    for c in same_version:
-        if not _fits(c, spec, targets, kb):
-            ideas.append(f'torch {c.version} with cuda = "{c.cuda}"')
+#: set while a suggested fix is being tried, so that the trial's own errors skip suggesting
+_SUGGESTING: ContextVar[bool] = ContextVar("kiln_suggesting", default=False)
+
+#: a real ``nvidia/cuda:<release>-runtime-ubuntu22.04`` tag per CUDA minor (Docker Hub nvidia/cuda tags),
+#: for suggesting a base whose devel sibling compiles extensions where NVIDIA ships no nvcc wheel
+CUDA_IMAGE_RELEASES = {"11.8": "11.8.0", "12.1": "12.1.1", "12.4": "12.4.1", "12.6": "12.6.3", "12.8": "12.8.1",
+                       "12.9": "12.9.1"}
+
+Patch = dict[str, Any]
+
+
+def _patched(spec: Spec, patch: Patch) -> Spec | None:
+    """``spec`` with ``patch`` applied: ``{table: {key: value}}`` sets keys, ``{table: [...]}`` replaces."""
+    data = spec.model_dump(by_alias=True, exclude_unset=True)
+    for table, value in patch.items():
+        data[table] = {**data.get(table, {}), **value} if isinstance(value, dict) else value
+    try:
+        return Spec.model_validate(data)
+    except ValueError:
+        return None
+
+
+def _resolves(spec: Spec, kb: Knowledge, patch: Patch) -> bool:
+    patched = _patched(spec, patch)
+    if patched is None:
+        return False
+    token = _SUGGESTING.set(True)
+    try:
+        resolve(patched, kb)
+    except KilnError:
+        return False
+    finally:
+        _SUGGESTING.reset(token)
+    return True
+
+
+def _suggest(spec: Spec, kb: Knowledge, ideas: Iterable[tuple[str, str, Patch]], fallback: str,
+             *, limit: int = 4, budget: int = 80) -> tuple[str, tuple[Patch, ...]]:
+    """The hint and the fixes of an error: only ideas that resolve when applied to the spec are offered.
+
+    Each idea is (kind, text, patch), nearest first; the first idea of each kind that resolves is kept
+    (so the hint offers different ways out, not four torch versions), up to ``limit``. Their texts make
+    the hint, their patches the error's ``fixes``. At most ``budget`` ideas are tried (each a full
+    resolve, ~1 ms).
+    """
+    if _SUGGESTING.get():
+        return fallback, ()
+    found: dict[str, tuple[str, Patch]] = {}
+    seen: set[str] = set()
+    for n, (kind, text, patch) in enumerate(ideas):
+        if n >= budget or len(found) >= limit:
             break
-    if failed.cuda != "cpu":
-        for c in _all_candidates(kb, [failed.cuda]):
-            if c.version != failed.version and not _fits(c, spec, targets, kb):
-                ideas.append(f'torch {c.version} with cuda = "{c.cuda}"')
-                break
-    for c in _all_candidates(kb):
-        if spec.torch.cuda == "cpu" and c.cuda != "cpu":
-            break
-        if not _fits(c, spec, targets, kb):
-            text = f'torch {c.version} with cuda = "{c.cuda}"'
-            if text not in ideas:
-                ideas.append(text)
-            break
-    uncovered = [t for t in targets if any(f"kernel image for {t.name} " in p for p in problems)]
-    if uncovered:
-        caps = sorted({t.capability for t in targets})
-        ideas.append(f"build torch from source with TORCH_CUDA_ARCH_LIST={format_arch_list(caps)}")
-    for ext in spec.extensions:
-        info = kb.extensions.get(ext.name)
-        if info is None:
+        key = json.dumps(patch, sort_keys=True)
+        if kind not in found and key not in seen and _resolves(spec, kb, patch):
+            found[kind] = (text, patch)
+        seen.add(key)
+    if not found:
+        return fallback, ()
+    return ("Would work: " + "; or ".join(t for t, _ in found.values()) + ".",
+            tuple(p for _, p in found.values()))
+
+
+def _torch_idea(c: _Candidate) -> tuple[str, Patch]:
+    return f'torch {c.version} with cuda = "{c.cuda}"', {"torch": {"version": c.version, "cuda": c.cuda}}
+
+
+def _base_idea(cuda: str, c: _Candidate | None = None) -> Iterable[tuple[str, str, Patch]]:
+    """A CUDA runtime base (its devel sibling compiles; the runtime stays compiler-free), if one is known."""
+    release = CUDA_IMAGE_RELEASES.get(cuda)
+    if release is None:
+        return
+    base = {"image": f"nvidia/cuda:{release}-runtime-ubuntu22.04", "python": "apt"}
+    text = f'[base] image = "{base["image"]}" with python = "apt"'
+    if c is None:
+        yield "base", text, {"base": base}
+    else:
+        torch_text, patch = _torch_idea(c)
+        yield "base", f"{torch_text} on {text}", {**patch, "base": base}
+
+
+def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Candidate | None,
+           problems: list[str]) -> Iterable[tuple[str, str, Patch]]:
+    """Changes to the spec that might resolve, nearest first (``_suggest`` keeps those that do)."""
+    fitting = [("torch", c) for c in _all_candidates(kb) if not (spec.torch.cuda == "cpu" and c.cuda != "cpu")]
+    if failed is not None:
+        same = [("same torch", _Candidate(failed.version, failed.release, cu))
+                for cu in sorted(failed.release.variants, key=cuda_key, reverse=True)]
+        fitting = same + [("same cuda", c) for _, c in fitting if c.cuda == failed.cuda] + fitting
+    compiles = any(e for e in spec.extensions) or spec.torch.source == "git"
+    for kind, c in fitting:
+        if _fits(c, spec, targets, kb):
             continue
-        old = [t.name for t in targets if t.capability < info.min_capability]
-        if old:
-            ideas.append(
-                f"drop {', '.join(old)} from [gpu] targets ({ext.name} needs compute capability "
-                f"{info.min_capability}+), or drop {ext.name}"
-            )
-    if not ideas:
-        return "No known combination satisfies every constraint; relax [gpu] targets, min_driver or the torch version."
-    return "Would work: " + "; or ".join(ideas) + "."
+        yield (kind, *_torch_idea(c))
+        if compiles and c.cuda != "cpu":
+            yield from _base_idea(c.cuda, c)
+    py = spec.python.version
+    for _, c in fitting[:40]:
+        if py in c.release.python or c.cuda == "cpu" and spec.torch.cuda != "cpu":
+            continue
+        near = sorted(c.release.python, key=lambda v: abs(int(v.split(".")[1]) - int(py.split(".")[1])))
+        for v in near[:2]:
+            moved = _patched(spec, {"python": {"version": v}})
+            if moved is not None and not _fits(c, moved, targets, kb):
+                text, patch = _torch_idea(c)
+                yield "python", f'[python] version = "{v}" with {text}', {**patch, "python": {"version": v}}
+    uncovered = [t for t in targets if any(f"kernel image for {t.name} " in p for p in problems)]
+    keep = [t.name for t in targets if t not in uncovered]
+    if uncovered and keep:
+        yield ("drop targets", f"drop {', '.join(t.name for t in uncovered)} from [gpu] targets (targets = {keep})",
+               {"gpu": {"targets": keep}})
+    if uncovered and failed is not None:
+        caps = sorted({t.capability for t in targets})
+        text = (f'build torch from source ([torch] version = "{failed.version}", source = "git": '
+                f"TORCH_CUDA_ARCH_LIST={format_arch_list(caps)})")
+        patch: Patch = {"torch": {"version": failed.version, "cuda": failed.cuda, "source": "git"}}
+        yield "source", text, patch
+        for _, base_text, base_patch in _base_idea(failed.cuda):
+            yield "source", f"{text} on {base_text}", {**patch, **base_patch}
+    for i, ext in enumerate(spec.extensions):
+        info = kb.extensions.get(ext.name)
+        old = [t.name for t in targets if info is not None and t.capability < info.min_capability]
+        keep = [t.name for t in targets if t.name not in old]
+        if old and keep and info is not None:
+            yield ("drop targets", f"drop {', '.join(old)} from [gpu] targets ({ext.name} needs compute capability "
+                   f"{info.min_capability}+)", {"gpu": {"targets": keep}})
+        others = [e.model_dump(by_alias=True, exclude_unset=True) for j, e in enumerate(spec.extensions) if j != i]
+        yield "drop extension", f"drop the {ext.name} extension", {"extensions": others}
+
+
+_NO_IDEA = "No known combination satisfies every constraint; relax [gpu] targets, min_driver or the torch version."
 
 
 def _import_name(requirement: str) -> str:
@@ -519,6 +610,7 @@ def _base_image_cuda(image: str, kb: Knowledge) -> str | None:
 
 
 def _toolchain(
+    spec: Spec,
     base_image: str, kb: Knowledge, torch: TorchPlan, exts: list[ExtensionPlan], decisions: list[Decision],
     warnings: list[str],
 ) -> ToolchainPlan | None:
@@ -558,14 +650,19 @@ def _toolchain(
         )
     row = next((r for r in kb.toolchains if r.cuda_major == cuda.split(".")[0]), None)
     if row is None:
+        what = [*(["torch (from source)"] if torch.build is not None else []), *(e.name for e in compiled)]
+        targets = _targets(spec, kb)
+        other_cuda = (i for i in _ideas(spec, targets, kb, None, []) if i[2].get("torch", {}).get("cuda") != cuda)
+        ideas = itertools.chain(_base_idea(cuda), other_cuda)
+        hint, fixes = _suggest(spec, kb, ideas, (
+            f"Build on NVIDIA's CUDA {cuda} runtime image ([base] image = nvidia/cuda:{cuda}.x-runtime-<os>, "
+            "python = apt; the builder stages then use its devel sibling), on a CUDA devel image, or choose a "
+            "CUDA 13 variant of torch if the driver floor allows it."))
         raise ResolveError(
-            f"something is compiled against torch's CUDA {cuda}, but NVIDIA publishes no CUDA {cuda} compiler as a "
-            f"wheel (the nvidia-cuda-nvcc-cu{cuda.split('.')[0]} wheels carry ptxas only; nvcc wheels start with "
-            f"CUDA 13) and the base image {base_image} has no CUDA {cuda} compiler.",
-            hint=f"Build on NVIDIA's CUDA {cuda} runtime image, e.g. [base] image = "
-            f"\"nvidia/cuda:{cuda}.<patch>-runtime-ubuntu22.04\" with python = \"apt\" (the builder stages then use "
-            "its devel sibling and the runtime stays free of compilers), or on a CUDA devel image, or choose "
-            "torch's CUDA 13 variant ([torch] cuda = \"13.0\").",
+            f"{', '.join(what)} is compiled against torch's CUDA {cuda}, but NVIDIA publishes no CUDA {cuda} "
+            f"compiler as a wheel (the nvidia-cuda-nvcc-cu{cuda.split('.')[0]} wheels carry ptxas only; nvcc "
+            f"wheels start with CUDA 13) and the base image {base_image} has no CUDA {cuda} compiler.",
+            hint=hint, fixes=fixes,
         )
     compiler = tuple(r.replace("{cuda}", cuda) for r in row.compiler)
     libraries = tuple(r.replace("{cuda}", cuda) for r in row.libraries)
@@ -601,10 +698,8 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     if chosen is None:
         assert first_failure is not None
         cand, probs = first_failure
-        raise ResolveError(
-            "; ".join(dict.fromkeys(probs)) + ".",
-            hint=_alternatives(spec, targets, kb, cand, probs),
-        )
+        hint, fixes = _suggest(spec, kb, _ideas(spec, targets, kb, cand, probs), _NO_IDEA)
+        raise ResolveError("; ".join(dict.fromkeys(probs)) + ".", hint=hint, fixes=fixes)
 
     rel = chosen.release
     version = chosen.version
@@ -682,10 +777,15 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
             lo, hi = toolkit
             bad = [c for c in caps if c < lo or c > hi]
             if bad and targets:
+                keep = [t.name for t in targets if lo <= t.capability <= hi]
+                drop = [("drop targets", f"drop them from [gpu] targets (targets = {keep})",
+                         {"gpu": {"targets": keep}})] * bool(keep)
+                hint, fixes = _suggest(spec, kb, itertools.chain(_ideas(spec, targets, kb, chosen, []), drop),
+                                       "Choose another CUDA variant with [torch] cuda, or drop those targets.")
                 raise ResolveError(
                     f"CUDA {chosen.cuda} cannot compile for compute capability "
                     f"{', '.join(str(b) for b in bad)} (it targets {lo} to {hi}).",
-                    hint="Choose another CUDA variant with [torch] cuda, or drop those targets.",
+                    hint=hint, fixes=fixes,
                 )
             caps = [c for c in caps if lo <= c <= hi]
         newest = max(caps) if caps else None
@@ -726,7 +826,7 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         "given in [base] image" if spec.base.image else
         "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
         "and the driver comes from the host", ""))
-    toolchain = _toolchain(base_image, kb, torch_plan, ext_plans, decisions, warnings)
+    toolchain = _toolchain(spec, base_image, kb, torch_plan, ext_plans, decisions, warnings)
 
     apt = list(spec.packages.apt)
     if spec.base.python == "apt":
