@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# From a fresh Debian/Ubuntu machine to the CPU example running in a container, without a registry:
-#   1. installs what is missing (python3-venv, debootstrap, docker.io) with apt,
-#   2. makes .venv and installs torchkiln into it,
-#   3. starts the Docker daemon if no engine is usable,
+# From a fresh Debian/Ubuntu machine to the CPU example running in a container, without a registry,
+# and to a machine where the test suite (`.venv/bin/python -m pytest`) runs every test it can:
+#   1. installs what is missing with apt: python3-venv, debootstrap, docker.io, and the tools the
+#      tests use (podman, squashfs-tools and siftool for SIF files, openssl),
+#   2. makes .venv and installs torchkiln into it with its test extra, and the CPU torch the tests
+#      import (torch==2.13.0, from this machine's package sources),
+#   3. starts the Docker daemon if docker is not usable,
 #   4. bootstraps an offline base image (kiln base bootstrap: debootstrap + python3, cached by tag),
 #   5. builds examples/cpu.toml on it and runs it.
 #
@@ -20,8 +23,11 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 step "1/5 system packages"
 need=()
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
-command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
-command -v dockerd >/dev/null 2>&1 || command -v podman >/dev/null 2>&1 || need+=(docker.io)
+# docker.io: the engine (BuildKit through DOCKER_BUILDKIT=1); debootstrap: the offline base; podman:
+# the second engine the tests build with; squashfs-tools, siftool: SIF files; openssl: the tests' marker CA
+for pkg in docker.io debootstrap podman squashfs-tools siftool openssl ca-certificates; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   $SUDO apt-get update -qq
@@ -30,17 +36,20 @@ else
   echo "nothing to install"
 fi
 
-step "2/5 torchkiln in .venv"
-if ! .venv/bin/python -c "import torchkiln" >/dev/null 2>&1; then
-  python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e .
-fi
+step "2/5 torchkiln in .venv (with the test extra and the CPU torch the tests import)"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# every run, so that a changed pyproject.toml is picked up (quick when nothing changed)
+.venv/bin/python -m pip install -q -e '.[test]'
+# the release whose CPU build this kind of machine's pip configuration provides (a wheel folder);
+# elsewhere pip fetches it from the configured index
+.venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/python -m pip install -q 'torch==2.13.0'
 KILN=(.venv/bin/kiln)
 "${KILN[@]}" --version
 
 step "3/5 container engine"
-engine_ok() { .venv/bin/python -c "from torchkiln.engines import get_engine; get_engine()" >/dev/null 2>&1; }
+# docker itself, not any engine: once podman is installed it would satisfy a plain get_engine()
+engine_ok() { .venv/bin/python -c "from torchkiln.engines import get_engine; get_engine('docker')" >/dev/null 2>&1; }
 if ! engine_ok; then
   if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
     $SUDO systemctl start docker
@@ -51,7 +60,7 @@ if ! engine_ok; then
   for _ in $(seq 1 60); do engine_ok && break; sleep 1; done
 fi
 # prints the engine that will be used, or exits with the reason and what to install (exit code 5)
-.venv/bin/python -c "from torchkiln.engines import get_engine; i = get_engine().info; print(f'{i.name} {i.server_version} ({i.builder}) at {i.binary}')" \
+.venv/bin/python -c "from torchkiln.engines import get_engine; i = get_engine('docker').info; print(f'{i.name} {i.server_version} ({i.builder}) at {i.binary}')" \
   || { "${KILN[@]}" build examples/cpu.toml --dry-run; exit 5; }
 
 step "4/5 offline base image"

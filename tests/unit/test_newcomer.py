@@ -168,3 +168,35 @@ def test_wheels_are_linked_only_into_the_cache(tmp_path: Path, monkeypatch) -> N
     cached = tmp_path / "cache" / "contexts" / "x" / ".kiln" / "wheels"
     link_wheels([wheels], cached)
     assert (cached / "a-1.0-py3-none-any.whl").stat().st_ino == (wheels / "a-1.0-py3-none-any.whl").stat().st_ino
+
+
+def test_bootstrap_output_is_quiet_without_verbose(capsys) -> None:
+    from torchkiln.cli.build import StepDisplay
+
+    lines = ["I: Retrieving InRelease", "I: Checking Release signature", "I: Valid Release signature (key id X)"]
+    for phase in ("Retrieving", "Validating", "Extracting", "Unpacking", "Configuring"):
+        lines += [f"I: {phase} pkg{i} 1.0" for i in range(100)]
+    lines += ["W: Failure trying to run: chroot x", "I: Base system installed successfully."]
+    with StepDisplay(live=False, verbose=False) as display:
+        for line in lines:
+            display.line(line)
+    err = capsys.readouterr().err
+    assert 5 <= len(err.splitlines()) <= 12, err
+    assert "W: Failure trying to run" in err
+    with StepDisplay(live=False, verbose=True) as display:
+        for line in lines:
+            display.line(line)
+    assert len(capsys.readouterr().err.splitlines()) == len(lines)
+
+
+def test_ci_runs_exactly_the_readme_quick_start() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["bash scripts/quickstart.sh", ".venv/bin/python -m pytest"]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert all(c in ci for c in commands), commands
+    quickstart = (ROOT / "scripts" / "quickstart.sh").read_text()
+    # what the suite needs beyond the package itself (issue 14: pytest, torch, the SIF tools, podman)
+    for need in ("'.[test]'", "torch==2.13.0", "podman", "squashfs-tools", "siftool"):
+        assert need in quickstart, need

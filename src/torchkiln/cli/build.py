@@ -73,6 +73,7 @@ class StepDisplay:
         self.live: Live | None = Live(console=err_console, transient=True, refresh_per_second=8) if live else None
         self.current = ""
         self.last_line = ""
+        self.phase = ""
         self.started = time.monotonic()
 
     def __enter__(self) -> StepDisplay:
@@ -116,12 +117,17 @@ class StepDisplay:
         )
 
     def line(self, text: str) -> None:
-        """A raw output line (debootstrap): live status on a terminal, plain info lines otherwise."""
+        """A raw output line (debootstrap): live status on a terminal; otherwise warnings, errors and
+        one line per phase (debootstrap's "I: Retrieving …" is ~500 lines of one per package)."""
         self.last_line = text
         if self.live is not None:
             self.live.update(self._status())
-        elif self.verbose or text.startswith(("I: ", "W: ", "E: ")):
-            err_console.print(escape(text), highlight=False)
+            return
+        phase = text.split()[1] if text.startswith("I: ") and len(text.split()) > 1 else None
+        if self.verbose or text.startswith(("W: ", "E: ")) or (phase is not None and phase != self.phase):
+            err_console.print(escape(text if self.verbose or phase is None else f"I: {phase} …"), highlight=False)
+        if phase is not None:
+            self.phase = phase
 
 
 def missing_image(
