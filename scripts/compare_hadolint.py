@@ -41,6 +41,8 @@ SAME_PROBLEM = {
     "KL005": {"DL3002"},
     "KL006": {"DL3064"},
     "KL016": {"DL3006", "DL3007"},
+    "KL027": {"DL3032", "DL3040", "DL3019"},
+    "KL028": {"DL1000"},
 }
 
 
@@ -56,9 +58,10 @@ def fixture_files() -> list[Path]:
     return sorted((FIXTURES / "rules").iterdir()) + sorted((FIXTURES / "seeds").iterdir())
 
 
-def run_hadolint(exe: str, files: Iterable[Path]) -> tuple[str, Hits]:
-    """hadolint's findings per file, with its default configuration (isolated from the user's)."""
-    dockerfiles = [f for f in files if f.suffix == ".Dockerfile"]
+def run_hadolint(exe: str, files: Iterable[Path], suffix: str | None = ".Dockerfile") -> tuple[str, Hits]:
+    """hadolint's findings per file, with its default configuration (isolated from the user's).
+    ``suffix``: only files with that suffix (None: every file given)."""
+    dockerfiles = [f for f in files if suffix is None or f.suffix == suffix]
     with tempfile.TemporaryDirectory() as home:
         env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "XDG_CONFIG_HOME": home}
         version = subprocess.run([exe, "--version"], capture_output=True, text=True, env=env, check=True)

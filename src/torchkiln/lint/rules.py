@@ -1634,7 +1634,9 @@ def rpm_apk_cache(ctx: Context) -> Iterator[Hit]:
         "docker build hands the RUN text to /bin/sh -c; a syntax error (an `if` without `fi`, a "
         "stray `then`, an unclosed quote, a `\\` continuation that swallows a `;`) stops the build, "
         "often after the slow steps before it have run. The text is checked by bash's own parser "
-        "(`bash -n`), on exactly the string BuildKit runs (continuations joined)."
+        "(`bash -n`), on exactly the string BuildKit runs (continuations joined). ENV, ARG and "
+        "LABEL values are words of the same shell-like grammar: an unclosed quote there stops the "
+        "build too."
     ),
     source="GNU Bash manual, 'Invoking Bash' (-n: read commands but do not execute them); Dockerfile reference 'RUN'",
     fix="Fix the shell syntax at the place bash names; check with `bash -n -c '<the RUN text>'`.",
@@ -1642,6 +1644,21 @@ def rpm_apk_cache(ctx: Context) -> Iterator[Hit]:
 def shell_syntax(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
+    for ins in ctx.df.instructions():
+        if ins.keyword in ("ENV", "ARG", "LABEL"):
+            raw: list[tuple[str, str | None]] = (
+                [(k, ins.original) for k, _ in arg_pairs(ins)][:1]
+                if ins.keyword == "ARG"
+                else [(ins.args[i], ins.args[i + 1]) for i in range(0, len(ins.args) - 1, 2)]
+            )
+            for k, v in raw:
+                if v is not None and _unclosed_quote(v):
+                    yield Hit(
+                        ins.line,
+                        f"{ins.keyword} {k}: the value has an unclosed quote; docker build stops with "
+                        "'unexpected end of statement while looking for matching quote'",
+                        fix="Close the quote (or escape it with a backslash).",
+                    )
     for st in ctx.df.stages:
         shell_ok = True
         for ins in st.instructions:
@@ -1652,6 +1669,18 @@ def shell_syntax(ctx: Context) -> Iterator[Hit]:
             err = bash_syntax_error(ins.args[0])
             if err is not None:
                 yield Hit(ins.line, f"bash -n: {err}", end_line=ins.end_line, stage=st.label)
+
+
+def _unclosed_quote(value: str) -> bool:
+    """A Dockerfile word with an unmatched ' or " (BuildKit's word lexer, like a POSIX shell,
+    rejects it when it expands ENV/ARG/LABEL values)."""
+    import shlex
+
+    try:
+        shlex.split(value, posix=True)
+    except ValueError:
+        return True
+    return False
 
 
 def bash_syntax_error(text: str) -> str | None:
