@@ -615,7 +615,16 @@ _OWN_GENCODE = frozenset({"flash-attn", "flash-attention", "mamba", "mamba-ssm",
 #: extensions heavy enough to OOM a builder with one nvcc job per CPU (KL011)
 _HEAVY = frozenset(
     {"flash-attn", "flash-attention", "xformers", "vllm", "apex", "deepspeed", "transformerengine",
-     "transformer-engine", "transformer-engine-torch", "mamba", "mamba-ssm", "detectron2", "pytorch3d"}
+     "transformer-engine", "transformer-engine-torch", "mamba", "mamba-ssm"}
+)  # fmt: skip
+#: CUDA extensions whose install instructions require --no-build-isolation, beyond those of
+#: knowledge/extensions.toml (`no_build_isolation = true`): mamba-ssm and causal-conv1d (their
+#: READMEs: `pip install mamba-ssm --no-build-isolation`), Transformer Engine (install guide, from
+#: source), vLLM (docs 'Build wheel from source: use an existing PyTorch installation'), and the
+#: flash-attention / apex source checkouts (their READMEs)
+_ISOLATION_DOCUMENTED = frozenset(
+    {"flash-attention", "mamba", "mamba-ssm", "causal-conv1d", "transformerengine", "transformer-engine",
+     "transformer-engine-torch", "vllm", "grouped-gemm"}
 )  # fmt: skip
 #: mamba-ssm and causal-conv1d: setup.py (CachedWheelsCommand) fetches a prebuilt wheel for the
 #: installed torch/CUDA unless this is TRUE (state-spaces/mamba setup.py, causal-conv1d setup.py)
@@ -823,10 +832,13 @@ def flash_attn_archs(ctx: Context) -> Iterator[Hit]:
     fix="Install torch first, then the extension with --no-build-isolation (uv pip install --no-build-isolation ...).",
 )
 def ext_isolation(ctx: Context) -> Iterator[Hit]:
+    from torchkiln.knowledge import load_knowledge
+
+    needs = {n for n, e in load_knowledge().extensions.items() if e.no_build_isolation} | _ISOLATION_DOCUMENTED
     for b in extension_builds(ctx):
         inst = b.install
-        if inst.tool not in ("pip", "uv"):
-            continue
+        if inst.tool not in ("pip", "uv") or b.label not in needs:
+            continue  # only where the package's own install docs require --no-build-isolation
         if inst.has("--no-build-isolation") or _env_has(b.env, "PIP_NO_BUILD_ISOLATION", "UV_NO_BUILD_ISOLATION"):
             continue
         if inst.tool == "uv" and inst.values("--no-build-isolation-package"):

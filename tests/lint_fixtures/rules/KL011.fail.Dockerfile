@@ -3,7 +3,7 @@ FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel AS build
 ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 RUN --mount=type=cache,target=/root/.cache/pip \
 # expect: KL011
-    pip install --no-build-isolation "git+https://github.com/facebookresearch/pytorch3d.git@v0.7.8"
+    pip install --no-build-isolation "git+https://github.com/facebookresearch/xformers.git@v0.0.28.post3"
 
 FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 COPY --from=build /opt/conda /opt/conda
