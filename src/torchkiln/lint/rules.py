@@ -1301,8 +1301,8 @@ def _constrained(inst: Install) -> bool:
     ),
     fix=(
         "Install the release that matches the base image's torch, with --no-deps or a constraints "
-        "file that pins torch (`pip install -c /etc/pip/constraint.txt ...`), or start from a base "
-        "without torch."
+        "file that pins torch (`echo torch==$(python -c 'import torch; print(torch.__version__)') > "
+        "/tmp/c.txt; pip install -c /tmp/c.txt ...`), or start from a base without torch."
     ),
 )
 def torch_replaced(ctx: Context) -> Iterator[Hit]:
@@ -1322,8 +1322,6 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
             pinners = sorted(n for n in inst.names & _TORCH_PINNERS if n not in source_builds and ":all:" not in source_builds)
             if not pinners or inst.names & TORCH_FAMILY or _constrained(inst):
                 continue
-            if inst.tool == "pip" and NGC_PYTORCH.match(base) and _ngc_constraints(base) and "PIP_CONSTRAINT" not in inst.env:
-                continue  # NGC's constraint.txt pins torch: pip refuses instead of replacing it
             yield Hit(
                 inst.line,
                 f"{_tool_label(inst)} {', '.join(pinners)} on {base}: its torch pin replaces the image's torch",
@@ -1337,9 +1335,10 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
     "warning",
     "PIP_CONSTRAINT is emptied on an NGC PyTorch base",
     why=(
-        "NGC PyTorch images from 25.03 set PIP_CONSTRAINT=/etc/pip/constraint.txt, which pins torch "
-        "and the packages NVIDIA built against it. Setting PIP_CONSTRAINT to an empty value turns "
-        "that off for every later pip install, so any dependency may now replace NVIDIA's torch."
+        "NGC PyTorch images from 25.03 set PIP_CONSTRAINT=/etc/pip/constraint.txt, which pins the "
+        "versions of the Python packages NVIDIA tested with the image (numpy, dill, pytest, ...). "
+        "Setting PIP_CONSTRAINT to an empty value turns that off for every later pip install: any "
+        "dependency may now move a package the image's torch and libraries were built and tested with."
     ),
     source="NVIDIA PyTorch container release notes 25.03+ (/etc/pip/constraint.txt); knowledge/ngc.toml",
     fix=(
