@@ -1324,7 +1324,8 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
                 continue
             yield Hit(
                 inst.line,
-                f"{_tool_label(inst)} {', '.join(pinners)} on {base}: its torch pin replaces the image's torch",
+                f"{_tool_label(inst)} {', '.join(pinners)} on {base}: its torch pin replaces the image's torch "
+                "(or, where a constraints file pins torch, the install fails)",
                 stage=step.stage.label,
             )
 
@@ -1336,7 +1337,7 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
     "PIP_CONSTRAINT is emptied on an NGC PyTorch base",
     why=(
         "NGC PyTorch images from 25.03 set PIP_CONSTRAINT=/etc/pip/constraint.txt, which pins the "
-        "versions of the Python packages NVIDIA tested with the image (numpy, dill, pytest, ...). "
+        "versions of the Python packages used to build the container (numpy, dill, pytest, ...). "
         "Setting PIP_CONSTRAINT to an empty value turns that off for every later pip install: any "
         "dependency may now move a package the image's torch and libraries were built and tested with."
     ),
