@@ -8,5 +8,7 @@ RUN apt-get update \
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && apt-get install -y --no-install-recommends ca-certificates
+RUN apt-get update && apt-get install -y --no-install-recommends jq \
+    && find /var/lib/apt/lists -type f -delete
 COPY --from=tools /usr/bin/curl /usr/local/bin/curl
 USER 1000:1000

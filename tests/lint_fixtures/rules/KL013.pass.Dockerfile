@@ -5,4 +5,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/root/.cache/uv \
     pip install -c /etc/pip/constraint.txt transformers==4.46.3 torch \
     && uv pip install --system torchao==0.7.0
+# uv sync that keeps the image's torch (--no-install-package takes a package name)
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv sync --no-install-package torch --no-install-project
 USER 1000:1000

@@ -7,6 +7,14 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && /opt/venv/bin/pip install torch==2.7.1 \
     && /opt/venv/bin/pip install --no-build-isolation flash-attn==2.8.3
 
+# before 2.7 flash-attn has no FLASH_ATTN_CUDA_ARCHS at all
+FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS old
+ENV MAX_JOBS=4 FLASH_ATTENTION_FORCE_BUILD=TRUE
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install torch==2.3.1 \
+    && /opt/venv/bin/pip install --no-build-isolation flash-attn==2.6.3
+
 FROM nvidia/cuda:12.8.1-runtime-ubuntu24.04
 COPY --from=build /opt/venv /opt/venv
 USER 1000:1000
