@@ -1580,6 +1580,8 @@ def kernel_driver(ctx: Context) -> Iterator[Hit]:
 )
 def setup_py_install(ctx: Context) -> Iterator[Hit]:
     for b in extension_builds(ctx):
+        if b.label.startswith("the setup.py build"):
+            continue  # an unnamed project (torch itself, a repo's own kernels): not a known extension
         if b.install.tool == "setup.py" and b.install.sub in ("install", "develop"):
             yield Hit(
                 b.install.line,
