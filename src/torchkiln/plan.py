@@ -135,6 +135,9 @@ class BuildPlan:
     decisions: tuple[Decision, ...]
     warnings: tuple[str, ...]
     toolchain: ToolchainPlan | None = None  # set when something is compiled in the build
+    #: the compiler of the dev stage: ``toolchain`` when set, else torch's CUDA compiler for CUDA plans
+    #: (None for CPU plans, and where no compiler of torch's CUDA exists for the base)
+    dev_toolchain: ToolchainPlan | None = None
     #: bytecode of the torch layer: "imports" (what importing these modules loads) or "all" files
     bytecode: Literal["imports", "all"] = "imports"
     #: modules imported at build time for their bytecode: torch, its companions, [python] precompile
@@ -175,6 +178,7 @@ class BuildPlan:
             "apt_packages": list(self.apt_packages),
             "extensions": d["extensions"],
             "toolchain": d["toolchain"],
+            "dev_toolchain": d["dev_toolchain"],
             "torch_build": d["torch"]["build"],
             "app": d["app"],
             "sources": d["sources"],

@@ -674,6 +674,39 @@ def _toolchain(
     return ToolchainPlan("wheels", cuda, compiler, libraries, "/usr/local/cuda", tuple(apt), row.source)
 
 
+def _dev_toolchain(
+    spec: Spec, base_image: str, kb: Knowledge, torch: TorchPlan, decisions: list[Decision], warnings: list[str]
+) -> ToolchainPlan | None:
+    """The CUDA compiler of the dev stage when nothing else is compiled (else it shares the builders').
+
+    A dev image is where people build extensions, so a CUDA plan gives it torch's own nvcc by the same
+    rules as the builder stages; where there is none (CUDA 12 on a base without it: NVIDIA ships no
+    CUDA 12 nvcc wheel) the dev stage keeps g++ only and a warning says how to get nvcc.
+    """
+    if torch.cuda is None:
+        return None  # the dev stage's build-essential is the whole CPU toolchain
+    probe = replace(torch, build=TorchBuildPlan("", "", "", (), (), 0, ""))  # "something is compiled"
+    token = _SUGGESTING.set(True)  # its error is not shown: no need to search for fixes
+    try:
+        tc = _toolchain(spec, base_image, kb, probe, [], [], [])
+    except ResolveError:
+        warnings.append(
+            f"the dev stage has no nvcc: NVIDIA publishes no CUDA {torch.cuda} compiler as a wheel and "
+            f"{base_image} has none; for CUDA work in the dev image, build on NVIDIA's CUDA {torch.cuda} runtime "
+            "image ([base] image, python = \"apt\") or a CUDA devel image, or use a CUDA 13 variant."
+        )
+        return None
+    finally:
+        _SUGGESTING.reset(token)
+    if tc is not None:
+        tc = replace(tc, apt=tuple(a for a in tc.apt if a != "git"))
+        decisions.append(Decision(
+            "dev toolchain", f"torch's CUDA {tc.cuda} nvcc in the dev stage",
+            "the dev image is where extensions are built: it starts from the toolchain stage (nvcc, g++, "
+            "Ninja, ccache); the runtime never has a compiler", tc.source))
+    return tc
+
+
 def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     """Decide everything, or raise ``ResolveError`` saying what would work instead."""
     targets = _targets(spec, kb)
@@ -827,6 +860,8 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
         "and the driver comes from the host", ""))
     toolchain = _toolchain(spec, base_image, kb, torch_plan, ext_plans, decisions, warnings)
+    dev_toolchain = toolchain if toolchain is not None else _dev_toolchain(spec, base_image, kb, torch_plan,
+                                                                           decisions, warnings)
 
     apt = list(spec.packages.apt)
     if spec.base.python == "apt":
@@ -865,6 +900,7 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         decisions=tuple(decisions),
         warnings=tuple(warnings),
         toolchain=toolchain,
+        dev_toolchain=dev_toolchain,
         bytecode="all" if spec.python.precompile == "all" else "imports",
         precompile=_precompile(spec, torch_plan),
     )

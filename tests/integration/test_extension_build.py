@@ -150,3 +150,30 @@ def test_runtime_stage_has_no_compiler(built, engine) -> None:  # type: ignore[n
     assert engine.run(tag, ["python", "-c", "import my_op; print(my_op.axpby.__doc__)"]).stdout.strip()
     user = engine.run(tag, ["id", "-u"]).stdout.strip()
     assert user == "1000"
+
+
+def test_dev_stage_compiles_cuda_and_installs_packages(built, engine, sources, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    """issue 14: dev was FROM torch (gcc, no nvcc) as uid 1000 without apt; it is FROM toolchain, with sudo."""
+    from torchkiln.sources import prepare
+
+    plan, _outcome, _tag = built
+    ctx = tmp_path_factory.mktemp("custom-ext-dev") / "ctx"
+    write_context(plan, SPEC.parent, ctx)
+    with prepare(sources, ctx) as prep:
+        outcome = engine.build(ctx, ctx / "Dockerfile", target="dev", secrets=prep.secrets, network=prep.network)
+    tag = "torchkiln-test/custom-ext:dev"
+    engine.tag(outcome.image_id, tag)
+    script = (
+        "set -e; id -u; nvcc --version | grep -o 'release [0-9.]*'; "
+        "printf '__global__ void k(float *x) { x[0] = 1; }\\n' > /tmp/k.cu; "
+        "nvcc -c -arch=sm_90 /tmp/k.cu -o /tmp/k.o && echo compiled; "
+        "sudo -n true && echo sudo; sudo -n apt-get --version | head -1; "
+        "python -c 'import torch, my_op; print(torch.__version__)'"
+    )
+    r = engine.run(tag, ["bash", "-c", script], check=False, network="none")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[0] == "1000"  # the spec's user, not root
+    assert f"release {plan.cuda}" in r.stdout and "compiled" in lines and "sudo" in lines
+    assert any(line.startswith("apt ") for line in lines)
+    engine.remove_image(tag)

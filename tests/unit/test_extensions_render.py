@@ -187,7 +187,7 @@ def test_torch_from_source_stage(name: str) -> None:
     plan = _plan(SPECS[name])
     assert plan.torch.build is not None and plan.toolchain is not None
     text = render_dockerfile(plan)
-    assert _stages(text) == ["base", "torch-build", "torch", "dev", "runtime"]
+    assert _stages(text) == ["base", "torch-build", "torch", "toolchain", "dev", "runtime"]  # dev compiles
     build = _stage(text, "torch-build")
     version = plan.torch.build.version
     for line in (f'TORCH_CUDA_ARCH_LIST="{plan.arch_list}"', 'TORCH_NVCC_FLAGS="-Xfatbin -compress-all"',

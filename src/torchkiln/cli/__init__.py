@@ -28,11 +28,12 @@ def _flag_type(self: TyperOption, ctx: object) -> str | None:
     which reads as "--json true"; the plain formatter already leaves it out)."""
     if self.is_flag:
         return None
-    return _typer_option_type(self, ctx)
+    return _typer_option_type(self, ctx)  # type: ignore[misc]
 
 
-_typer_option_type = TyperOption.display_type_rich
-TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
+_typer_option_type = getattr(TyperOption, "display_type_rich", None)
+if _typer_option_type is not None:  # typer versions without it print no type for flags anyway
+    TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
 app = typer.Typer(
     name="kiln",

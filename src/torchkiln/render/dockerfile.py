@@ -7,7 +7,8 @@ Stages (runtime last, so a plain ``docker build`` gives the slim image):
                constraints file that pins them (so app edits and new packages never rebuild it);
 * ``packages`` the spec's pip packages installed against those constraints; only the files they add
                are collected into ``/opt/kiln-layer`` and copied into later stages as one small layer;
-* ``dev``      the torch venv and packages plus compilers and tools, for interactive work;
+* ``dev``      the torch venv and packages plus compilers (torch's own nvcc for CUDA plans: ``FROM
+               toolchain``), tools and sudo, for building extensions and interactive work;
 * ``runtime``  the torch stage + packages + app, non-root, no compilers, no caches.
 
 The package sources (index URLs, wheel folders, a CA bundle) are not in this text: install steps
@@ -28,7 +29,7 @@ CONSTRAINTS = "/etc/pip/constraint.txt"
 LAYER = "/opt/kiln-layer"
 UV = "/kiln/bin/uv"
 UID = 1000
-DEV_TOOLS = ("build-essential", "git", "ninja-build", "ccache")
+DEV_TOOLS = ("build-essential", "git", "ninja-build", "ccache", "sudo")
 SHELL = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
 
 
@@ -241,15 +242,34 @@ def _copy_python(plan: BuildPlan) -> list[str]:
     return lines
 
 
+def _dev_user(plan: BuildPlan) -> list[str]:
+    """The dev user may install packages (apt, uv pip into the venv) through passwordless sudo."""
+    if plan.app.user == "root":
+        return []
+    u = plan.app.user
+    return [
+        f"RUN useradd --create-home --uid {UID} --user-group --shell /bin/bash {u} \\",
+        f"    && echo '{u} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{u} && chmod 0440 /etc/sudoers.d/{u}",
+        f"ENV CCACHE_DIR={_q(f'/home/{u}/.cache/ccache')}",
+    ]
+
+
 def stage_dev(plan: BuildPlan) -> list[str]:
     cmd = json.dumps(list(plan.app.command) or ["bash"])
+    if ext.has_toolchain(plan):
+        start = ["# dev: the toolchain stage (torch's own nvcc for CUDA, g++, Ninja, ccache) plus the packages, git,",
+                 "# uv and sudo (the user installs apt and pip packages with it), for building and interactive work",
+                 "FROM toolchain AS dev"]
+    else:
+        start = ["# dev: the same Python environment plus compilers, ninja, ccache, git, uv and sudo (the user",
+                 "# installs apt and pip packages with it), for building and interactive work",
+                 "FROM torch AS dev"]
     return [
-        "# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work",
-        "FROM torch AS dev",
+        *start,
         *_apt_install(DEV_TOOLS),
         *_copy_python(plan),
         "COPY .kiln/bin/uv /usr/local/bin/uv",
-        *_user(plan),
+        *_dev_user(plan),
         *_env(plan),
         *_labels(plan),
         *_app(plan),

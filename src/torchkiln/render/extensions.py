@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torchkiln.arch import parse_arch_list
 from torchkiln.knowledge import Knowledge
@@ -78,6 +78,11 @@ def prebuilt(plan: BuildPlan) -> tuple[ExtensionPlan, ...]:
 
 def has_builder(plan: BuildPlan) -> bool:
     return bool(compiled(plan))
+
+
+def has_toolchain(plan: BuildPlan) -> bool:
+    """A toolchain stage is rendered: for the builder stages, or for the dev stage alone (its nvcc)."""
+    return has_builder(plan) or plan.dev_toolchain is not None
 
 
 def has_ext_layer(plan: BuildPlan) -> bool:
@@ -260,8 +265,11 @@ def torch_wheel_requirement() -> str:
 
 def stage_toolchain(plan: BuildPlan) -> list[str]:
     """The exact torch of the runtime plus a CUDA compiler of torch's CUDA, g++, Ninja and ccache."""
-    if not has_builder(plan):
+    if not has_toolchain(plan):
         return []
+    used_by = "the builder stages and dev" if has_builder(plan) else "the dev stage"
+    if plan.toolchain is None:
+        plan = replace(plan, toolchain=plan.dev_toolchain)
     tc = plan.toolchain
     requires = tuple(sorted({r for e in compiled(plan) for r in e.build_requires}))
     if tc is None or not tc.cuda:
@@ -279,7 +287,7 @@ def stage_toolchain(plan: BuildPlan) -> list[str]:
         start = ["FROM torch AS toolchain", df.SHELL, *_builder_apt(plan, plan.python_exe)]
     return [
         "# toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:",
-        f"# {what}, g++, Ninja and ccache; used only by the builder stages, never by the runtime",
+        f"# {what}, g++, Ninja and ccache; used by {used_by}, never by the runtime",
         *start,
         *df._run([*df._SOURCE_MOUNTS, *_build_mounts()],
                  [". /kiln/sources.sh", ". /kiln/ext/build.sh",
@@ -575,8 +583,8 @@ kiln_torch_wheel() (
 
 
 def context_files(plan: BuildPlan) -> dict[str, str]:
-    """The helper script of the builder stages (only when something is compiled)."""
-    if not has_builder(plan) and plan.torch.build is None:
+    """The helper script of the builder stages and the toolchain (only when something compiles)."""
+    if not has_toolchain(plan) and plan.torch.build is None:
         return {}
     return {BUILD_SH: BUILD_SH_TEXT}
 

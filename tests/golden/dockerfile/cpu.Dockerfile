@@ -48,16 +48,19 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && mkdir -p /opt/kiln-layer \
     && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
 
-# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
+# dev: the same Python environment plus compilers, ninja, ccache, git, uv and sudo (the user
+# installs apt and pip packages with it), for building and interactive work
 FROM torch AS dev
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
     && apt-get update \
-    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache sudo
 COPY --from=packages /opt/kiln-layer/ /opt/venv/
 COPY .kiln/bin/uv /usr/local/bin/uv
-RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
+    && echo 'kiln ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/kiln && chmod 0440 /etc/sudoers.d/kiln
+ENV CCACHE_DIR="/home/kiln/.cache/ccache"
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \

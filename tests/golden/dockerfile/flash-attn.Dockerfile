@@ -37,7 +37,7 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /opt/venv/bin/python -c 'import torch'
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
-# torch's CUDA 12.4 from the runtime base's devel sibling, g++, Ninja and ccache; used only by the builder stages, never by the runtime
+# torch's CUDA 12.4 from the runtime base's devel sibling, g++, Ninja and ccache; used by the builder stages and dev, never by the runtime
 FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
@@ -115,16 +115,19 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && mkdir -p /opt/kiln-ext-layer \
     && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf -
 
-# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
-FROM torch AS dev
+# dev: the toolchain stage (torch's own nvcc for CUDA, g++, Ninja, ccache) plus the packages, git,
+# uv and sudo (the user installs apt and pip packages with it), for building and interactive work
+FROM toolchain AS dev
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
     && apt-get update \
-    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache sudo
 COPY --from=ext-layer /opt/kiln-ext-layer/ /opt/venv/
 COPY .kiln/bin/uv /usr/local/bin/uv
-RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
+    && echo 'kiln ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/kiln && chmod 0440 /etc/sudoers.d/kiln
+ENV CCACHE_DIR="/home/kiln/.cache/ccache"
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \

@@ -99,15 +99,53 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && rm -rf /tmp/kiln-uv-torch \
     && /opt/venv/bin/python -c 'import torch'
 
-# dev: the same Python environment plus compilers, ninja, ccache, git and uv, for interactive work
-FROM torch AS dev
+# toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
+# torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used by the dev stage, never by the runtime
+FROM torch AS toolchain
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
     && apt-get update \
-    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache
+    && apt-get install -y --no-install-recommends build-essential ccache git \
+    && { [ -f "$(python3.11 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ] || apt-get install -y --no-install-recommends python3.11-dev; }
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/ext,target=/kiln/ext \
+    --mount=type=cache,id=kiln-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=cache,id=kiln-ccache,target=/root/.cache/ccache \
+    --mount=type=cache,id=kiln-wheel-cache,target=/kiln/wheel-cache,sharing=locked \
+    . /kiln/sources.sh \
+    && . /kiln/ext/build.sh \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt 'cuda-toolkit[nvcc,cccl,crt,nvvm,cudart]==13.0.*' \
+    && kiln_cuda_home /usr/local/cuda \
+    && kiln_check_nvcc 13.0
+ENV CUDA_HOME="/usr/local/cuda" \
+    PATH=/usr/lib/ccache:/usr/local/cuda/bin:/opt/venv/bin:$PATH \
+    VIRTUAL_ENV="/opt/venv" \
+    TORCH_CUDA_ARCH_LIST="9.0" \
+    TORCH_NVCC_FLAGS="-Xfatbin -compress-all" \
+    NVCC_APPEND_FLAGS="-Xfatbin -compress-all" \
+    PYTORCH_NVCC="ccache /usr/local/cuda/bin/nvcc" \
+    CCACHE_DIR="/root/.cache/ccache" \
+    CMAKE_GENERATOR="Ninja"
+
+# dev: the toolchain stage (torch's own nvcc for CUDA, g++, Ninja, ccache) plus the packages, git,
+# uv and sudo (the user installs apt and pip packages with it), for building and interactive work
+FROM toolchain AS dev
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends build-essential git ninja-build ccache sudo
 COPY .kiln/bin/uv /usr/local/bin/uv
-RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
+    && echo 'kiln ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/kiln && chmod 0440 /etc/sudoers.d/kiln
+ENV CCACHE_DIR="/home/kiln/.cache/ccache"
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \
