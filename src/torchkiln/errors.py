@@ -77,6 +77,13 @@ class ResolveError(KilnError):
         return {**super().to_dict(), "fixes": list(self.fixes)}
 
 
+class OutputError(KilnError):
+    """A file or folder named on the command line cannot be written (-o, kiln init PATH)."""
+
+    exit_code = ExitCode.USAGE
+    default_hint = "Give a path in a folder you can write to."
+
+
 class EngineMissingError(KilnError):
     """No container engine is installed or usable (daemon down, too old, no permission)."""
 

@@ -39,7 +39,7 @@ def test_init_into_an_existing_folder_and_a_toml_name(capsys, tmp_path: Path) ->
 def test_init_under_a_file_is_an_error_not_a_traceback(capsys, tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     code, _, err = run(capsys, "init", str(tmp_path / "f" / "sub"))
-    assert code == 1 and "not a folder" in err and "fix:" in err and "Traceback" not in err
+    assert code == 2 and "not a folder" in err and "fix:" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", [None, *COMMAND_MODULES])
@@ -200,3 +200,9 @@ def test_ci_runs_exactly_the_readme_quick_start() -> None:
     # what the suite needs beyond the package itself (issue 14: pytest, torch, the SIF tools, podman)
     for need in ("'.[test]'", "torch==2.13.0", "podman", "squashfs-tools", "siftool"):
         assert need in quickstart, need
+
+
+@pytest.mark.parametrize("fmt", ["dockerfile", "apptainer"])
+def test_render_into_an_unwritable_place_is_an_error(capsys, fmt: str) -> None:
+    code, _, err = run(capsys, "render", str(ROOT / "examples/cpu.toml"), "-o", "/proc/kiln-test", "--format", fmt)
+    assert code == 2 and err.startswith("error: cannot write the build context") and "fix:" in err

@@ -9,7 +9,7 @@ import typer
 
 from torchkiln.cli import app
 from torchkiln.cli._common import console
-from torchkiln.errors import KilnError
+from torchkiln.errors import KilnError, OutputError
 
 STARTER = '''\
 # kiln.toml — the one spec torchkiln builds an image from. Every key is optional unless marked.
@@ -91,8 +91,9 @@ def init_cmd(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(STARTER.format(name=name), encoding="utf-8")
     except (NotADirectoryError, FileExistsError):
-        raise KilnError(f"{target.parent} is not a folder (a file is in the way).",
+        raise OutputError(f"{target.parent} is not a folder (a file is in the way).",
                         hint="Give a folder, or a path ending in .toml.") from None
     except OSError as e:
-        raise KilnError(f"cannot write {target} ({e.strerror}).", hint="Check the path and its permissions.") from None
+        raise OutputError(f"cannot write {target} ({e.strerror}).",
+                          hint="Check the path and its permissions.") from None
     console.print(f"wrote {target}; check it with: kiln resolve {target}")

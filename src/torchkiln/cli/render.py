@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -11,7 +12,7 @@ import typer
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._load import load_plan
-from torchkiln.errors import KilnError
+from torchkiln.errors import KilnError, OutputError
 from torchkiln.plan import BuildPlan
 from torchkiln.render import render_dockerfile, write_context
 from torchkiln.render.apptainer import (
@@ -24,6 +25,17 @@ from torchkiln.render.apptainer import (
 )
 
 Format = Literal["dockerfile", "apptainer"]
+
+
+def _written(write: Callable[[], list[Path]], out: Path) -> list[Path]:
+    """Run ``write``; an OS error (a read-only or missing parent, a full disk) is an error, not a traceback."""
+    try:
+        return write()
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise OutputError(f"cannot write the build context to {out}: {e.strerror or e}{where}.",
+                          hint="Give -o a folder in a place you can write to (it is created, or replaced "
+                          "whole).") from None
 
 
 @app.command("render")
@@ -61,7 +73,7 @@ def render_cmd(
         return
     if out.exists() and not out.is_dir():
         raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
-    files = write_context(plan, spec_dir, out)
+    files = _written(lambda: write_context(plan, spec_dir, out), out)
     if json:
         print_json({"out": str(out), "files": [str(f.relative_to(out.resolve())) for f in files]})
         return
@@ -79,7 +91,7 @@ def _render_apptainer(
         return
     if out.exists() and not out.is_dir():
         raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
-    files = write_apptainer_context(plan, spec_dir, out, options)
+    files = _written(lambda: write_apptainer_context(plan, spec_dir, out, options), out)
     sif = sif_name(plan)
     if as_json:
         print_json({"out": str(out), "deffile": str(out / DEFFILE), "sif": sif,
