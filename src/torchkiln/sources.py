@@ -26,7 +26,9 @@ Written here because no library translates pip/uv source settings into build sec
 
 from __future__ import annotations
 
+import base64
 import functools
+import http.client
 import http.server
 import json
 import os
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torchkiln.errors import SourceError
+from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
 Network = Literal["default", "host"]
@@ -111,14 +114,8 @@ class Sources:
 
 
 def mask_url(url: str | None) -> str | None:
-    """``https://user:secret@host/x`` → ``https://user:***@host/x``."""
-    if not url:
-        return url
-    p = urllib.parse.urlsplit(url)
-    if p.password:
-        netloc = f"{p.username}:***@{p.hostname}" + (f":{p.port}" if p.port else "")
-        return urllib.parse.urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
-    return url
+    """``https://user:secret@host/x`` → ``https://user:***@host/x`` (see ``torchkiln.redact``)."""
+    return redact(url) if url else url
 
 
 # -- the layers -------------------------------------------------------------------------------------
@@ -477,7 +474,15 @@ Probe = Callable[[str, ssl.SSLContext], None]
 
 
 def _http_probe(url: str, context: ssl.SSLContext) -> None:
-    req = urllib.request.Request(url, method="HEAD", headers={"User-Agent": "torchkiln"})
+    headers = {"User-Agent": "torchkiln"}
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:  # urllib does not take credentials from the URL: send them as Basic auth
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    req = urllib.request.Request(url, method="HEAD", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=20, context=context):
             pass
@@ -500,6 +505,12 @@ def check_reachable(urls: Sequence[str], ca_bundle: Path | None, probe: Probe = 
     for url in remote:
         try:
             probe(url, context)
+        except (ValueError, http.client.InvalidURL):  # a bad port or host: never echo the URL's parts unmasked
+            raise SourceError(
+                f"the package index URL {mask_url(url)} is not a valid URL.",
+                hint="Check the host and port (a port is a number) and percent-encode '@', ':' and '/' in the "
+                "user name and password.",
+            ) from None
         except (urllib.error.URLError, OSError, ssl.SSLError) as e:
             reason = getattr(e, "reason", e)
             shown = mask_url(url)

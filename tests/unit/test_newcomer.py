@@ -206,3 +206,34 @@ def test_ci_runs_exactly_the_readme_quick_start() -> None:
 def test_render_into_an_unwritable_place_is_an_error(capsys, fmt: str) -> None:
     code, _, err = run(capsys, "render", str(ROOT / "examples/cpu.toml"), "-o", "/proc/kiln-test", "--format", fmt)
     assert code == 2 and err.startswith("error: cannot write the build context") and "fix:" in err
+
+
+def test_index_credentials_reach_the_probe_as_basic_auth_and_no_message() -> None:
+    import base64
+    import http.server
+    import threading
+
+    from torchkiln.errors import SourceError
+    from torchkiln.sources import check_reachable
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 - the http.server API
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        check_reachable([f"http://bob:{SECRET}@127.0.0.1:{server.server_port}/simple"], None)
+    finally:
+        server.shutdown()
+    assert seen == ["Basic " + base64.b64encode(f"bob:{SECRET}".encode()).decode()]
+    with pytest.raises(SourceError) as e:
+        check_reachable([f"https://bob:{SECRET}@idx.invalid:notaport/simple"], None)
+    assert SECRET not in e.value.message + (e.value.hint or "") and "bob:***@" in e.value.message
