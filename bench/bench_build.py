@@ -44,13 +44,13 @@ from typing import Any
 
 import tomllib
 
-from torchkiln import sources as src
-from torchkiln.base import BaseRequest, bootstrap
+from torchkiln.build import sources as src
+from torchkiln.build.bootstrap import BaseRequest, bootstrap
 from torchkiln.engines import Engine, get_engine
-from torchkiln.engines.base import BuildOutcome
-from torchkiln.engines.pipeline import load_plan
+from torchkiln.engines.engine import BuildOutcome
+from torchkiln.build.pipeline import load_plan
 from torchkiln.errors import KilnError
-from torchkiln.render import write_context
+from torchkiln.build.context import write_context
 from torchkiln.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]

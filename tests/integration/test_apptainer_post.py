@@ -4,7 +4,7 @@
 ``/`` as working directory, after copying %files in. This test does the same with ``chroot``
 (apptainer cannot be installed here): a debootstrapped bookworm (``--variant=minbase`` with
 python3; made once and cached in pytest's cache folder), %files emulated by copying, the package
-sources prepared exactly as ``kiln build`` prepares them (torchkiln.sources: the pip configuration's
+sources prepared exactly as ``kiln build`` prepares them (torchkiln.build.sources: the pip configuration's
 wheel folder linked into ``.kiln/wheels``, its index folders served on 127.0.0.1, a uv.toml as the
 ``kiln-uv`` secret). Then torch is imported in the result, and %environment + %runscript + %test
 are run the way apptainer runs them.
@@ -25,11 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln import sources as src
-from torchkiln.base import host_apt_sources, kiln_cache_dir, mirror_for_suite
+from torchkiln.build import sources as src
+from torchkiln.build.bootstrap import host_apt_sources, mirror_for_suite
+from torchkiln.build.context import write_apptainer_context
+from torchkiln.cache import kiln_cache_dir
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
-from torchkiln.render.apptainer import scriptlets, write_apptainer_context
+from torchkiln.render.apptainer import scriptlets
 from torchkiln.resolve import resolve
 from torchkiln.runner import Runner
 from torchkiln.spec import load_spec

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from torchkiln.base import LABEL_PREFIX, BaseRequest, bootstrap
+from torchkiln.build.bootstrap import LABEL_PREFIX, BaseRequest, bootstrap
 from torchkiln.engines import Engine
 
 pytestmark = [pytest.mark.engine]

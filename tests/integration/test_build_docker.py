@@ -18,7 +18,7 @@ import pytest
 
 from torchkiln.cli import main
 from torchkiln.engines import Engine
-from torchkiln.engines.pipeline import BuildOptions, build_image
+from torchkiln.build.pipeline import BuildOptions, build_image
 from torchkiln.errors import BuildError, SourceError
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

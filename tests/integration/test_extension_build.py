@@ -28,7 +28,7 @@ import tomllib
 
 from torchkiln.errors import KilnError
 from torchkiln.knowledge import load_knowledge
-from torchkiln.render import write_context
+from torchkiln.build.context import write_context
 from torchkiln.resolve import resolve
 from torchkiln.spec import parse_spec
 
@@ -51,7 +51,7 @@ def engine():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def base_image(engine) -> str:  # type: ignore[no-untyped-def]
-    from torchkiln.base import BaseRequest, bootstrap, default_tag
+    from torchkiln.build.bootstrap import BaseRequest, bootstrap, default_tag
 
     name = os.environ.get("KILN_TEST_BASE") or default_tag("bookworm")
     if engine.image_exists(name):
@@ -66,7 +66,7 @@ def base_image(engine) -> str:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def sources():  # type: ignore[no-untyped-def]
-    from torchkiln.sources import resolve_sources
+    from torchkiln.build.sources import resolve_sources
 
     env_given = any(os.environ.get(k) for k in ("KILN_INDEX_URL", "KILN_EXTRA_INDEX_URL", "KILN_FIND_LINKS"))
     try:
@@ -80,7 +80,7 @@ def sources():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def built(engine, base_image, sources, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from torchkiln.sources import prepare
+    from torchkiln.build.sources import prepare
 
     data = tomllib.loads(SPEC.read_text())
     data["base"] = {"image": base_image}
@@ -154,7 +154,7 @@ def test_runtime_stage_has_no_compiler(built, engine) -> None:  # type: ignore[n
 
 def test_dev_stage_compiles_cuda_and_installs_packages(built, engine, sources, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     """issue 14: dev was FROM torch (gcc, no nvcc) as uid 1000 without apt; it is FROM toolchain, with sudo."""
-    from torchkiln.sources import prepare
+    from torchkiln.build.sources import prepare
 
     plan, _outcome, _tag = built
     ctx = tmp_path_factory.mktemp("custom-ext-dev") / "ctx"

@@ -19,8 +19,8 @@ import pytest
 
 from torchkiln.cli import main
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine
-from torchkiln.engines.base import EngineInfo
-from torchkiln.engines.pipeline import BuildOptions, build_image
+from torchkiln.engines.engine import EngineInfo
+from torchkiln.build.pipeline import BuildOptions, build_image
 from torchkiln.errors import InputError
 from torchkiln.render.apptainer import sif_name
 from torchkiln.runner import Runner
@@ -319,7 +319,7 @@ def test_offline_bootstrap_from_a_file_relative_to_where_kiln_runs(
 
 
 def test_localimage_base_must_be_a_sif() -> None:
-    from torchkiln.engines.pipeline import ensure_sif_base, load_plan
+    from torchkiln.build.pipeline import ensure_sif_base, load_plan
     from torchkiln.render.apptainer import ApptainerOptions
 
     plan, _ = load_plan(ROOT / "examples" / "cpu.toml")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine, probe_apptainer
-from torchkiln.engines.base import EngineInfo, Mount
+from torchkiln.engines.engine import EngineInfo, Mount
 from torchkiln.errors import EngineMissingError, ExitCode, InputError
 from torchkiln.render.apptainer import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.runner import Runner

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.build.context import write_apptainer_context
 from torchkiln.errors import ExitCode, InputError, SpecError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
@@ -25,7 +26,6 @@ from torchkiln.render.apptainer import (
     apptainer_files,
     render_apptainer,
     scriptlets,
-    write_apptainer_context,
 )
 from torchkiln.resolve import resolve
 from torchkiln.spec import load_spec, parse_spec

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from torchkiln.engines import get_engine, probe_engines
-from torchkiln.engines.base import EngineInfo, StepRecord, classify_build_failure
+from torchkiln.engines.engine import EngineInfo, StepRecord, classify_build_failure
 from torchkiln.engines.docker import DockerEngine, daemon_problem, docker_candidates
 from torchkiln.engines.podman import PodmanEngine, needs_explicit_ulimits
 from torchkiln.errors import BuildError, EngineMissingError, InputError, SourceError
@@ -147,7 +147,7 @@ def test_failure_classification() -> None:
 
 
 def test_build_failure_error_is_a_build_error() -> None:
-    from torchkiln.engines.base import build_failure
+    from torchkiln.engines.engine import build_failure
 
     step = StepRecord("#8", "packages", "RUN --mount=type=cache,target=/root/.cache/uv uv pip install nope")
     step.log += ["Resolved 3 packages", "error: No solution found"]
@@ -186,7 +186,7 @@ def test_cli_without_engine_exits_5_with_a_clear_message(tmp_path: Path) -> None
 )
 def test_build_failure_diagnoses_real_extension_logs(log: str, kind_words: str, hint_words: str) -> None:
     """A failed build's error names the recognised cause and its fix, with the failing lines."""
-    from torchkiln.engines.base import build_failure
+    from torchkiln.engines.engine import build_failure
 
     text = (ROOT / "tests" / "fixtures" / "buildlogs" / log).read_text()
     step = StepRecord("#12", "extensions", "RUN kiln_wheel my_op")

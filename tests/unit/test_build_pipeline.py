@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.engines.base import StepRecord
-from torchkiln.engines.pipeline import cache_counts, default_context_dir, image_ref, load_plan, summarize_stages
+from torchkiln.engines.engine import StepRecord
+from torchkiln.build.pipeline import cache_counts, default_context_dir, image_ref, load_plan, summarize_stages
 
 ROOT = Path(__file__).resolve().parents[2]
 

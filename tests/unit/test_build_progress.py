@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchkiln.engines.base import BuildEvent
+from torchkiln.engines.engine import BuildEvent
 from torchkiln.engines.progress import BuildKitProgress, PodmanProgress
 
 BUILDKIT_OK = """\

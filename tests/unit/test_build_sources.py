@@ -11,7 +11,7 @@ import pytest
 import tomllib
 
 from torchkiln.errors import SourceError
-from torchkiln.sources import (
+from torchkiln.build.sources import (
     SECRET_CA,
     SECRET_UV,
     SourceLayer,

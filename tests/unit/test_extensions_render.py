@@ -16,10 +16,11 @@ import pytest
 
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
-from torchkiln.render import context_files, render_dockerfile, write_context
+from torchkiln.build.context import write_context
+from torchkiln.render import context_files, render_dockerfile
 from torchkiln.render import extensions as ext
 from torchkiln.resolve import resolve
-from torchkiln.sources import render_uv_toml
+from torchkiln.build.sources import render_uv_toml
 from torchkiln.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).parents[2]

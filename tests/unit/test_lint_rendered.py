@@ -12,7 +12,7 @@ import pytest
 from torchkiln.cli._load import load_plan
 from torchkiln.lint import LintConfig, lint_text
 from torchkiln.lint.model import parse_dockerfile
-from torchkiln.render.context import context_files
+from torchkiln.render.dockerfile import context_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPECS = sorted([*EXAMPLES.glob("*.toml"), *EXAMPLES.glob("*/kiln.toml")])

@@ -156,7 +156,7 @@ def test_render_output_never_aliases_the_users_files(capsys, tmp_path: Path) -> 
 
 
 def test_wheels_are_linked_only_into_the_cache(tmp_path: Path, monkeypatch) -> None:
-    from torchkiln.sources import link_wheels
+    from torchkiln.build.sources import link_wheels
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -214,7 +214,7 @@ def test_index_credentials_reach_the_probe_as_basic_auth_and_no_message() -> Non
     import threading
 
     from torchkiln.errors import SourceError
-    from torchkiln.sources import check_reachable
+    from torchkiln.build.sources import check_reachable
 
     seen: list[str | None] = []
 

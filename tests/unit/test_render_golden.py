@@ -12,7 +12,8 @@ import pytest
 
 from torchkiln.errors import SpecError
 from torchkiln.knowledge import load_knowledge
-from torchkiln.render import context_files, render_dockerfile, write_context
+from torchkiln.build.context import write_context
+from torchkiln.render import context_files, render_dockerfile
 from torchkiln.resolve import resolve
 from torchkiln.spec import load_spec
 

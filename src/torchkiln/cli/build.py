@@ -2,7 +2,7 @@
 
 Progress goes to stderr: live (rich) on a terminal, one plain line per finished step otherwise (CI,
 pipes). The summary goes to stdout, as JSON with ``--json``. With ``--engine apptainer`` the image
-is a ``.sif`` file (see ``torchkiln.engines.pipeline``).
+is a ``.sif`` file (see ``torchkiln.build.pipeline``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
 from torchkiln.engines import ApptainerEngine, BuildEvent, Engine, StepRecord, get_engine
-from torchkiln.engines.pipeline import (
+from torchkiln.build.pipeline import (
     BuildOptions,
     BuildSummary,
     absolute_sources,
@@ -34,7 +34,7 @@ from torchkiln.engines.pipeline import (
 from torchkiln.errors import InputError
 from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
 from torchkiln.runner import Runner
-from torchkiln.sources import layer_from_flags
+from torchkiln.build.sources import layer_from_flags
 
 Target = Literal["runtime", "dev"]
 EngineOpt = Annotated[
@@ -302,15 +302,15 @@ def build_cmd(
 
 
 def _dry_run(spec: Path, engine: Engine, options: BuildOptions, as_json: bool) -> None:
-    from torchkiln.engines.pipeline import default_context_dir
-    from torchkiln.render import write_context
-    from torchkiln.sources import SECRET_CA, SECRET_UV
+    from torchkiln.build.pipeline import default_context_dir
+    from torchkiln.build.context import write_apptainer_context, write_context
+    from torchkiln.build.sources import SECRET_CA, SECRET_UV
 
     plan, spec_dir = load_plan(spec, base=options.base)
     ref = image_for(engine.name, plan, spec_dir, options.target, options.tag)
     ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
     if isinstance(engine, ApptainerEngine):
-        from torchkiln.render.apptainer import DEFFILE, write_apptainer_context
+        from torchkiln.render.apptainer import DEFFILE
 
         write_apptainer_context(plan, spec_dir, ctx, absolute_sources(options.apptainer, Path.cwd()))
         # the sources are copied into CTX/.kiln/secrets for the build only

@@ -14,14 +14,14 @@ from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, pri
 from torchkiln.cli._load import load_plan
 from torchkiln.errors import KilnError, OutputError
 from torchkiln.plan import BuildPlan
-from torchkiln.render import render_dockerfile, write_context
+from torchkiln.build.context import write_apptainer_context, write_context
+from torchkiln.render import render_dockerfile
 from torchkiln.render.apptainer import (
     DEFFILE,
     ApptainerOptions,
     Bootstrap,
     render_apptainer,
     sif_name,
-    write_apptainer_context,
 )
 
 Format = Literal["dockerfile", "apptainer"]

@@ -14,7 +14,7 @@ import typer
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
 from torchkiln.engines import Mount, get_engine
-from torchkiln.engines.pipeline import image_for, load_plan
+from torchkiln.build.pipeline import image_for, load_plan
 from torchkiln.errors import InputError
 
 

@@ -52,7 +52,7 @@ def _engine_for(image: str, name: str | None) -> Engine:
 
 def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], str]:
     """(what checks.py --spec-json takes, the image the spec builds: a .sif path with apptainer)."""
-    from torchkiln.engines.pipeline import image_for, load_plan
+    from torchkiln.build.pipeline import image_for, load_plan
     from torchkiln.render.apptainer import verify_spec
 
     plan, spec_dir = load_plan(spec)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from torchkiln.engines.apptainer import INSTALL_HINT as APPTAINER_INSTALL_HINT
 from torchkiln.engines.apptainer import ApptainerEngine, probe_apptainer
-from torchkiln.engines.base import (
+from torchkiln.engines.engine import (
     AUTO_ENGINES,
     ENGINE_NAMES,
     BuildEvent,

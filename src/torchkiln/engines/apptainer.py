@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from torchkiln.engines.base import (
+from torchkiln.engines.engine import (
     BuildEvent,
     BuildOutcome,
     Engine,

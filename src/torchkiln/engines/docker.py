@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
+from torchkiln.engines.engine import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
 from torchkiln.engines.progress import BuildKitProgress
 from torchkiln.runner import Runner
 

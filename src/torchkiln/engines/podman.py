@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.engines.base import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
+from torchkiln.engines.engine import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
 from torchkiln.engines.docker import Probe, _version
 from torchkiln.engines.progress import PodmanProgress
 from torchkiln.runner import Runner

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable
 
-from torchkiln.engines.base import BuildEvent, StepRecord
+from torchkiln.engines.engine import BuildEvent, StepRecord
 
 _LOG_KEEP = 60  # log lines kept per step (for the failure report)
 

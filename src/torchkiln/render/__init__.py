@@ -1,6 +1,5 @@
-"""Render a BuildPlan into text: a Dockerfile and its build context (pure), written by write_context."""
+"""Render a BuildPlan into text: a multi-stage Dockerfile and its context files, or an Apptainer definition."""
 
-from torchkiln.render.context import context_files, write_context
-from torchkiln.render.dockerfile import render_dockerfile
+from torchkiln.render.dockerfile import context_files, render_dockerfile
 
-__all__ = ["context_files", "render_dockerfile", "write_context"]
+__all__ = ["context_files", "render_dockerfile"]

@@ -1,8 +1,7 @@
 """Render a BuildPlan into an Apptainer (Singularity) definition file. Pure and deterministic.
 
-``render_apptainer`` and ``apptainer_files`` are pure (plan → text); ``write_apptainer_context`` does
-the I/O of ``kiln render --format apptainer -o DIR``: ``DIR/kiln.def`` and the files it needs, written
-into a temporary folder and swapped into place only when all of it was written.
+``render_apptainer`` and ``apptainer_files`` are pure (plan → text); writing them with the files
+they name into a folder is ``torchkiln.build.context``'s work.
 
 The definition is built from small pieces, one per section (header, ``%labels``, ``%help``,
 ``%files``, ``%environment``, ``%post``, ``%runscript``, ``%test``), and ``%post`` from one
@@ -37,7 +36,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -682,44 +680,3 @@ def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) ->
         **_builder_files(plan),
     }
     return dict(sorted(files.items()))
-
-
-def _verify_sources() -> list[Path]:
-    """The verify module and the fat-binary reader it uses when it sits next to it (stdlib only)."""
-    import torchkiln.inspect.fatbin as fatbin
-    import torchkiln.verify.checks as checks
-
-    return [Path(checks.__file__), Path(fatbin.__file__)]
-
-
-def write_apptainer_context(
-    plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
-) -> list[Path]:
-    """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
-    from torchkiln.render.context import find_uv, place, replaced_folder
-
-    texts = apptainer_files(plan, options)  # validates the plan's values first
-    local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
-    missing = [c for c in local if not (spec_dir / c).exists()]
-    if missing:
-        raise SpecError(
-            f"{', '.join(repr(m) for m in missing)} named in kiln.toml does not exist next to the spec ({spec_dir}).",
-            hint="Paths in [app] copy and [[extensions]] path are relative to the folder that holds kiln.toml.",
-        )
-    clash = [c for c in local if Path(c).parts[0] in {DEFFILE, ".kiln"}]
-    if clash:
-        raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
-                        hint="Rename or move it into a sub-folder.")
-    out_dir = out_dir.resolve()
-    with replaced_folder(out_dir) as tmp:
-        for rel, text in texts.items():
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text, encoding="utf-8")
-        place(find_uv(), tmp / ".kiln/bin/uv")
-        for src in _verify_sources():
-            shutil.copyfile(src, tmp / ".kiln/verify" / src.name)
-        for item in local:
-            assert item is not None
-            place(spec_dir / item, tmp / item)
-    return sorted(p for p in out_dir.rglob("*") if p.is_file())

@@ -307,3 +307,39 @@ def render_dockerfile(plan: BuildPlan) -> str:
         stage_runtime(plan),
     ]
     return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
+
+
+# -- the other files of the build context ------------------------------------------------------------
+
+SOURCES_SH = """\
+# Sourced by the RUN steps that install packages (rendered by torchkiln).
+# Package sources arrive as BuildKit secrets at build time and are never stored in a layer:
+#   kiln-uv  a uv.toml naming the index URLs and wheel folders of this build
+#   kiln-ca  a CA bundle (PEM) for TLS-intercepting proxies or private indexes
+export UV_CACHE_DIR=/root/.cache/uv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \\
+    UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+if [ -f /run/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/run/secrets/kiln-uv; fi
+if [ -f /run/secrets/kiln-ca ]; then export SSL_CERT_FILE=/run/secrets/kiln-ca; fi
+"""
+
+DOCKERIGNORE = """\
+# Rendered by torchkiln: the context holds only what the Dockerfile uses.
+**/__pycache__
+**/*.pyc
+**/.git
+"""
+
+
+def context_files(plan: BuildPlan) -> dict[str, str]:
+    """Every generated text file of the build context, by relative path (sorted, deterministic)."""
+    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
+    files = {
+        "Dockerfile": render_dockerfile(plan),
+        ".dockerignore": DOCKERIGNORE,
+        ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
+        ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
+        ".kiln/sources.sh": SOURCES_SH,
+        ".kiln/wheels/.keep": "",
+        **ext.context_files(plan),
+    }
+    return dict(sorted(files.items()))

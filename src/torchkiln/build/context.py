@@ -1,8 +1,9 @@
-"""The build context: the rendered Dockerfile plus the files its steps mount, and the app files.
+"""The build context on disk: the rendered files of a target plus the files they name, written whole.
 
-``context_files`` is pure (plan → {relative path: text}); ``write_context`` does the I/O: it builds
-the whole context in a temporary folder next to the destination and swaps it into place only when
-everything was written, so a failure never leaves a half-written context behind.
+The texts come from the renderers (``render.dockerfile.context_files``, ``render.apptainer.apptainer_files``:
+pure); this module adds what is copied in (uv, the app files, the extension sources, the verify module)
+and writes everything into a temporary folder next to the destination, swapped into place only when
+all of it was written, so a failure never leaves a half-written context behind.
 """
 
 from __future__ import annotations
@@ -17,40 +18,8 @@ from pathlib import Path
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
-from torchkiln.render.dockerfile import render_dockerfile
-
-SOURCES_SH = """\
-# Sourced by the RUN steps that install packages (rendered by torchkiln).
-# Package sources arrive as BuildKit secrets at build time and are never stored in a layer:
-#   kiln-uv  a uv.toml naming the index URLs and wheel folders of this build
-#   kiln-ca  a CA bundle (PEM) for TLS-intercepting proxies or private indexes
-export UV_CACHE_DIR=/root/.cache/uv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \\
-    UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
-if [ -f /run/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/run/secrets/kiln-uv; fi
-if [ -f /run/secrets/kiln-ca ]; then export SSL_CERT_FILE=/run/secrets/kiln-ca; fi
-"""
-
-DOCKERIGNORE = """\
-# Rendered by torchkiln: the context holds only what the Dockerfile uses.
-**/__pycache__
-**/*.pyc
-**/.git
-"""
-
-
-def context_files(plan: BuildPlan) -> dict[str, str]:
-    """Every generated text file of the build context, by relative path (sorted, deterministic)."""
-    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
-    files = {
-        "Dockerfile": render_dockerfile(plan),
-        ".dockerignore": DOCKERIGNORE,
-        ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
-        ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
-        ".kiln/sources.sh": SOURCES_SH,
-        ".kiln/wheels/.keep": "",
-        **extensions.context_files(plan),
-    }
-    return dict(sorted(files.items()))
+from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, apptainer_files
+from torchkiln.render.dockerfile import context_files
 
 
 def find_uv() -> Path:
@@ -71,7 +40,7 @@ def place(src: Path, dest: Path) -> None:
     A rendered context is the user's to read and edit (``kiln render -o DIR``, ``--context DIR``);
     a hard link would make an edit of ``DIR/train.py`` an edit of the user's own ``train.py``.
     The only hard links torchkiln makes are of wheel files into its own cache folder (see
-    ``torchkiln.sources.link_wheels``).
+    ``torchkiln.build.sources.link_wheels``).
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
@@ -137,4 +106,43 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
         for item in (*plan.app.copy, *ext_paths):
             if not (tmp / item).exists():
                 place(spec_dir / item, tmp / item)
+    return sorted(p for p in out_dir.rglob("*") if p.is_file())
+
+
+def _verify_sources() -> list[Path]:
+    """The verify module and the fat-binary reader it uses when it sits next to it (stdlib only)."""
+    import torchkiln.inspect.fatbin as fatbin
+    import torchkiln.verify.checks as checks
+
+    return [Path(checks.__file__), Path(fatbin.__file__)]
+
+
+def write_apptainer_context(
+    plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
+) -> list[Path]:
+    """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
+    texts = apptainer_files(plan, options)  # validates the plan's values first
+    local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
+    missing = [c for c in local if not (spec_dir / c).exists()]
+    if missing:
+        raise SpecError(
+            f"{', '.join(repr(m) for m in missing)} named in kiln.toml does not exist next to the spec ({spec_dir}).",
+            hint="Paths in [app] copy and [[extensions]] path are relative to the folder that holds kiln.toml.",
+        )
+    clash = [c for c in local if Path(c).parts[0] in {DEFFILE, ".kiln"}]
+    if clash:
+        raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
+                        hint="Rename or move it into a sub-folder.")
+    out_dir = out_dir.resolve()
+    with replaced_folder(out_dir) as tmp:
+        for rel, text in texts.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        place(find_uv(), tmp / ".kiln/bin/uv")
+        for src in _verify_sources():
+            shutil.copyfile(src, tmp / ".kiln/verify" / src.name)
+        for item in local:
+            assert item is not None
+            place(spec_dir / item, tmp / item)
     return sorted(p for p in out_dir.rglob("*") if p.is_file())

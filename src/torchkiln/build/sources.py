@@ -391,7 +391,7 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
     build contexts nobody edits; anywhere else (``kiln build --context DIR``) they are copied, so no
     file the user can reach aliases one of theirs.
     """
-    from torchkiln.base import kiln_cache_dir
+    from torchkiln.cache import kiln_cache_dir
 
     link = dest.resolve().is_relative_to(kiln_cache_dir().resolve())
     if dest.exists():

@@ -3,7 +3,7 @@
 The image is built untagged (the engine writes its id to an ``--iidfile``) and tagged only after
 the build succeeded, so a failed build never leaves a half-made image under the spec's name.
 Package sources are merged (flags > environment > spec > pip configuration, see
-``torchkiln.sources``) and handed to the engine as secrets for the duration of the build only.
+``torchkiln.build.sources``) and handed to the engine as secrets for the duration of the build only.
 
 With apptainer the image is a ``.sif`` file, not a tag: the Apptainer definition (``kiln.def``) is
 rendered in place of the Dockerfile, ``apptainer build`` writes the file into a private folder
@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchkiln import sources as src
-from torchkiln.base import LABEL_PREFIX, kiln_cache_dir
+from torchkiln.build import sources as src
+from torchkiln.build.bootstrap import LABEL_PREFIX
+from torchkiln.build.context import write_apptainer_context, write_context
+from torchkiln.cache import kiln_cache_dir
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine, require_runtime
-from torchkiln.engines.base import BuildEvent, Engine, StepRecord
+from torchkiln.engines.engine import BuildEvent, Engine, StepRecord
 from torchkiln.errors import BuildError, InputError, ResolveError
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, sif_name
@@ -278,8 +280,6 @@ def build_image(
     runner: Runner | None = None,
 ) -> BuildSummary:
     """Build the image a spec describes and tag it; see the module docstring."""
-    from torchkiln.render import write_context
-
     options = options or BuildOptions()
     if options.target not in TARGETS:
         raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
@@ -349,8 +349,6 @@ def _build_sif(
     runner: Runner | None,
 ) -> BuildSummary:
     """``build_image`` with apptainer: the definition file in, a ``.sif`` out (see the module docstring)."""
-    from torchkiln.render.apptainer import write_apptainer_context
-
     require_runtime(options.target)
     if options.push:
         raise InputError(

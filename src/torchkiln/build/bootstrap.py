@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchkiln.cache import kiln_cache_dir
 from torchkiln.engines import Engine
 from torchkiln.errors import BuildError, EngineMissingError, InputError
 from torchkiln.runner import Runner
@@ -31,7 +32,7 @@ from torchkiln.runner import Runner
 DEFAULT_SUITE = "bookworm"
 DEFAULT_PACKAGES = ("python3",)
 IMAGE_NAME = "kiln-base"
-LABEL_PREFIX = "io.torchkiln.base"
+LABEL_PREFIX = "io.torchkiln.build.bootstrap"
 
 DEBIAN_SUITES = frozenset(
     {"buster", "bullseye", "bookworm", "trixie", "forky", "sid", "stable", "testing", "unstable", "oldstable"}
@@ -146,15 +147,6 @@ def host_apt_sources(etc_apt: Path = Path("/etc/apt")) -> list[AptSource]:
             elif f.suffix == ".sources":
                 found += parse_deb822_sources(f.read_text(errors="replace"))
     return found
-
-
-def kiln_cache_dir() -> Path:
-    """torchkiln's cache folder: ``$KILN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchkiln`` (``~/.cache``)."""
-    explicit = os.environ.get("KILN_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "torchkiln"
 
 
 def distro_of(suite: str) -> str:
