@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     INPUT = 7  # an image, archive or binary given to us is missing, corrupt or of the wrong kind
     NO_GPU = 8  # a GPU check was asked for where no CUDA device is visible
     SOURCE = 9  # a package index, wheel folder or CA bundle is unreachable or unusable
+    FILES = 10  # the operating system refused to read or write a file or folder (OSError)
     INTERRUPTED = 130
 
 
@@ -110,6 +111,22 @@ class NoGPUError(KilnError):
 
     exit_code = ExitCode.NO_GPU
     default_hint = "Run on a machine with an NVIDIA GPU and driver (nvidia-smi must list one)."
+
+
+class FilesError(KilnError):
+    """The operating system refused a file operation; made from an ``OSError`` at the CLI boundary."""
+
+    exit_code = ExitCode.FILES
+
+    @classmethod
+    def from_os(cls, e: OSError) -> FilesError:
+        where = " → ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+        what = e.strerror or str(e)
+        return cls(
+            f"{where}: {what}." if where else f"{what}.",
+            hint="Check that the path exists, that you may write there and that the disk has room; "
+                 "or give another path.",
+        )
 
 
 class SourceError(KilnError):

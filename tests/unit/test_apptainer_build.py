@@ -264,6 +264,20 @@ def test_tag_names_the_sif_and_dry_run_prints_the_command_without_building(
     assert code == 7 and "does not end in .sif" in err
 
 
+def test_a_context_folder_the_system_refuses_is_exit_10_with_a_fix_and_no_traceback(
+    tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apptainer_first_on_path(tmp_path, monkeypatch)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, out, err = run(capsys, "build", str(_spec(tmp_path)), "--engine", "apptainer", "--dry-run", "--json",
+                         "--context", str(blocker / "ctx"))
+    assert code == 10
+    assert json.loads(out)["error"] == "FilesError"
+    assert f"{blocker}: File exists" in err and "fix:" in err and "Traceback" not in err
+    assert blocker.read_text() == ""
+
+
 def test_a_failed_build_leaves_the_previous_sif_and_no_partial_file_or_secrets(
     tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,7 @@ from typer.exceptions import TyperException
 
 from torchkiln import __version__
 from torchkiln.cli._common import err_console, state
-from torchkiln.errors import ExitCode, KilnError
+from torchkiln.errors import ExitCode, FilesError, KilnError
 from torchkiln.redact import redact, redact_data
 
 
@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
             err_console.print_exception()
         _report(e, wants_json)
         return int(e.exit_code)
+    except OSError as e:  # a file the library reads or writes: no traceback, a message and exit code 10
+        if debug:
+            err_console.print_exception()
+        error = FilesError.from_os(e)
+        _report(error, wants_json)
+        return int(error.exit_code)
     except typer.Exit as e:
         return int(e.exit_code)
     except typer.Abort:

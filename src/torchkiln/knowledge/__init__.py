@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as the tomli package (a dependency there)
+    import tomli as tomllib
+
 from packaging.version import Version
 
 from torchkiln.arch import ArchEntry, Capability, parse_arch_list
