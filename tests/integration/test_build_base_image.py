@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from torchkiln.build.bootstrap import LABEL_PREFIX, BaseRequest, bootstrap
+from torchkiln.build.bootstrap import BaseRequest, bootstrap
+from torchkiln.contract import BASE_LABEL_PREFIX as LABEL_PREFIX
 from torchkiln.engines import Engine
 
 pytestmark = [pytest.mark.engine]

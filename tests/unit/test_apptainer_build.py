@@ -22,7 +22,7 @@ from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine
 from torchkiln.engines.engine import EngineInfo
 from torchkiln.build.pipeline import BuildOptions, build_image
 from torchkiln.errors import InputError
-from torchkiln.render.apptainer import sif_name
+from torchkiln.contract import sif_name
 from torchkiln.runner import Runner
 from torchkiln.sif import DataType, SifObject, read_sif, write_sif
 

@@ -17,7 +17,7 @@ import pytest
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine, probe_apptainer
 from torchkiln.engines.engine import EngineInfo, Mount
 from torchkiln.errors import EngineMissingError, ExitCode, InputError
-from torchkiln.render.apptainer import VERIFY_SCRIPT, VERIFY_SPEC
+from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.runner import Runner
 from torchkiln.sif import INSPECT_METADATA, DataType, SifObject, write_sif
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from torchkiln.engines.engine import StepRecord
-from torchkiln.build.pipeline import cache_counts, default_context_dir, image_ref, load_plan, summarize_stages
+from torchkiln.build.pipeline import cache_counts, default_context_dir, load_plan, summarize_stages
+from torchkiln.contract import image_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 

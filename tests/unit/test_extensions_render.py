@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.contract import CONSTRAINTS
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
 from torchkiln.build.context import write_context
@@ -108,7 +109,7 @@ def test_compiled_extension_stages(name: str) -> None:
     tc = plan.toolchain
     assert tc is not None
     # the exact torch of the runtime (its venv), anything added constrained by its freeze
-    assert f"-c {ext.df.CONSTRAINTS}" in toolchain
+    assert f"-c {CONSTRAINTS}" in toolchain
     if tc.kind == "wheels":
         # a CUDA compiler of torch's own major.minor from NVIDIA's wheels, merged into one CUDA_HOME
         assert "FROM torch AS toolchain" in toolchain

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.cache import kiln_cache_dir
+from torchkiln.contract import BASE_LABEL_PREFIX
 from torchkiln.engines import Engine
 from torchkiln.errors import BuildError, EngineMissingError, InputError
 from torchkiln.runner import Runner
@@ -32,7 +33,7 @@ from torchkiln.runner import Runner
 DEFAULT_SUITE = "bookworm"
 DEFAULT_PACKAGES = ("python3",)
 IMAGE_NAME = "kiln-base"
-LABEL_PREFIX = "io.torchkiln.build.bootstrap"
+BASE_LABEL_PREFIX = "io.torchkiln.build.bootstrap"
 
 DEBIAN_SUITES = frozenset(
     {"buster", "bullseye", "bookworm", "trixie", "forky", "sid", "stable", "testing", "unstable", "oldstable"}
@@ -288,7 +289,7 @@ def bootstrap(
         details = engine.inspect_image(image)
         return BaseResult(
             image, False, time.monotonic() - start, details.size,
-            details.labels.get(f"{LABEL_PREFIX}.python"), details.labels.get(f"{LABEL_PREFIX}.mirror"), request.suite,
+            details.labels.get(f"{BASE_LABEL_PREFIX}.python"), details.labels.get(f"{BASE_LABEL_PREFIX}.mirror"), request.suite,
         )
     debootstrap = runner.which(
         "debootstrap",
@@ -339,11 +340,11 @@ def bootstrap(
             what="tar of the root filesystem",
         )
         labels = {
-            f"{LABEL_PREFIX}.suite": request.suite,
-            f"{LABEL_PREFIX}.distro": distro_of(request.suite),
-            f"{LABEL_PREFIX}.python": python,
-            f"{LABEL_PREFIX}.packages": ",".join(request.packages),
-            f"{LABEL_PREFIX}.mirror": mirror or "debootstrap default",
+            f"{BASE_LABEL_PREFIX}.suite": request.suite,
+            f"{BASE_LABEL_PREFIX}.distro": distro_of(request.suite),
+            f"{BASE_LABEL_PREFIX}.python": python,
+            f"{BASE_LABEL_PREFIX}.packages": ",".join(request.packages),
+            f"{BASE_LABEL_PREFIX}.mirror": mirror or "debootstrap default",
         }
         changes = [
             "ENV LANG=C.UTF-8",
@@ -359,6 +360,6 @@ def bootstrap(
 def base_python(engine: Engine, image: str) -> str | None:
     """The Python version a torchkiln base records in its labels (None for other images)."""
     try:
-        return engine.inspect_image(image).labels.get(f"{LABEL_PREFIX}.python")
+        return engine.inspect_image(image).labels.get(f"{BASE_LABEL_PREFIX}.python")
     except InputError:
         return None

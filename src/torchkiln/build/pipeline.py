@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.build import sources as src
-from torchkiln.build.bootstrap import LABEL_PREFIX
 from torchkiln.build.context import write_apptainer_context, write_context
 from torchkiln.cache import kiln_cache_dir
+from torchkiln.contract import BASE_LABEL_PREFIX, image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine, require_runtime
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord
 from torchkiln.errors import BuildError, InputError, ResolveError
 from torchkiln.plan import BuildPlan
-from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, sif_name
+from torchkiln.render.apptainer import DEFFILE, ApptainerOptions
 from torchkiln.runner import Runner
 from torchkiln.sif import is_sif
 
@@ -124,13 +124,6 @@ def load_plan(spec_path: Path, *, base: str | None = None) -> tuple[BuildPlan, P
     return plan, p.resolve().parent
 
 
-def image_ref(plan: BuildPlan, target: str, tag: str | None = None) -> str:
-    """The reference a build of ``target`` is tagged with (dev images get a ``-dev`` tag suffix)."""
-    if tag:
-        return tag
-    return plan.image_ref if target == "runtime" else f"{plan.image_name}:{plan.tag}-{target}"
-
-
 def sif_path(plan: BuildPlan, spec_dir: Path, tag: str | None = None) -> Path:
     """Where an apptainer build writes its image: ``tag`` (a ``.sif`` path), else ``NAME_TAG.sif`` by the spec."""
     if not tag:
@@ -211,7 +204,7 @@ def ensure_base(engine: Engine, plan: BuildPlan) -> None:
 
 
 def _check_base_python(base: str, labels: Mapping[str, str], plan: BuildPlan) -> None:
-    python = labels.get(f"{LABEL_PREFIX}.python")
+    python = labels.get(f"{BASE_LABEL_PREFIX}.python")
     if python and python != plan.python and plan.python_source == "image":
         raise ResolveError(
             f"the base image {base} has Python {python}, but the spec asks for Python {plan.python}.",

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from torchkiln.contract import SECRET_CA, SECRET_UV
 from torchkiln.errors import SourceError
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
@@ -58,8 +59,6 @@ Network = Literal["default", "host"]
 WHEELS_IN_BUILD = "/kiln/wheels"
 #: the wheel folder inside the build context
 WHEELS_IN_CONTEXT = Path(".kiln") / "wheels"
-SECRET_UV = "kiln-uv"
-SECRET_CA = "kiln-ca"
 
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2")
 

@@ -304,7 +304,7 @@ def build_cmd(
 def _dry_run(spec: Path, engine: Engine, options: BuildOptions, as_json: bool) -> None:
     from torchkiln.build.pipeline import default_context_dir
     from torchkiln.build.context import write_apptainer_context, write_context
-    from torchkiln.build.sources import SECRET_CA, SECRET_UV
+    from torchkiln.contract import SECRET_CA, SECRET_UV
 
     plan, spec_dir = load_plan(spec, base=options.base)
     ref = image_for(engine.name, plan, spec_dir, options.target, options.tag)

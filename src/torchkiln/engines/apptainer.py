@@ -34,8 +34,8 @@ from torchkiln.engines.engine import (
     ProgressCallback,
     StepRecord,
 )
+from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.errors import BuildError, EngineMissingError, InputError
-from torchkiln.render.apptainer import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.runner import Completed, Runner
 from torchkiln.sif import INSPECT_METADATA, is_sif, read_sif
 

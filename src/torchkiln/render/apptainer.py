@@ -41,6 +41,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torchkiln import __version__
+from torchkiln.contract import (
+    CONSTRAINTS,
+    KILN,
+    UV,
+    VENV,
+    VERIFY_DIR,
+    VERIFY_SCRIPT,
+    VERIFY_SPEC,
+    image_labels,
+    sif_name,
+    verify_spec,
+)
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
 
@@ -50,15 +62,6 @@ BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive"
 _REF_BOOTSTRAPS = ("docker", "docker-daemon")
 
 DEFFILE = "kiln.def"
-VENV = "/opt/venv"
-CONSTRAINTS = "/etc/pip/constraint.txt"
-#: build-time staging folder: copied in by %files, deleted at the end of %post
-KILN = "/kiln"
-UV = f"{KILN}/bin/uv"
-#: where the verify module lives in the image (``kiln verify IMAGE.sif`` runs it from here)
-VERIFY_DIR = "/opt/kiln/verify"
-VERIFY_SCRIPT = f"{VERIFY_DIR}/checks.py"
-VERIFY_SPEC = f"{VERIFY_DIR}/spec.json"
 #: what ``checks.py`` exits with when no CUDA device is visible (torchkiln.errors.ExitCode.NO_GPU)
 NO_GPU_EXIT = 8
 #: the stage that compiles when the toolchain has an image of its own (two-stage definitions)
@@ -203,15 +206,6 @@ def _section(name: str, body: list[str], args: str = "") -> list[str]:
 # -- the pieces ----------------------------------------------------------------------------------------
 
 
-def _image_basename(plan: BuildPlan) -> str:
-    return plan.image_name.rsplit("/", 1)[-1]
-
-
-def sif_name(plan: BuildPlan) -> str:
-    """The default file name of the built image: ``trainer-a100_2024.11.sif``."""
-    return f"{_image_basename(plan)}_{plan.tag}.sif"
-
-
 def header(plan: BuildPlan, options: ApptainerOptions, stage: str | None = None) -> list[str]:
     t = plan.torch
     cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
@@ -231,25 +225,10 @@ def header(plan: BuildPlan, options: ApptainerOptions, stage: str | None = None)
 
 def labels(plan: BuildPlan) -> dict[str, str]:
     """The image's labels (the same keys as the Dockerfile's LABEL lines, plus the verify paths)."""
-    t = plan.torch
-    pairs = {
-        "org.opencontainers.image.title": plan.image_name,
-        "org.opencontainers.image.version": plan.tag,
-        "org.opencontainers.image.base.name": plan.base_image,
-        "io.torchkiln.version": __version__,
-        "io.torchkiln.torch": t.version,
-        "io.torchkiln.variant": t.variant,
-        "io.torchkiln.python": plan.python,
-    }
-    if t.cuda:
-        pairs.update({
-            "io.torchkiln.cuda": t.cuda,
-            "io.torchkiln.arch-list": plan.arch_list,
-            "io.torchkiln.wheel-arch-list": t.wheel_arch_list,
-            "io.torchkiln.targets": ",".join(f"{x.name}={x.capability}" for x in plan.targets),
-            "io.torchkiln.min-driver": plan.min_driver or "",
-            "io.torchkiln.nvidia-require-cuda": plan.nvidia_require_cuda or "",
-        })
+    pairs = image_labels(plan)
+    # a .sif has no ENV the NVIDIA runtime reads before start, and no other way to find its checks
+    if plan.torch.cuda:
+        pairs["io.torchkiln.nvidia-require-cuda"] = plan.nvidia_require_cuda or ""
     pairs["io.torchkiln.verify"] = VERIFY_SCRIPT
     return pairs
 
@@ -630,15 +609,6 @@ export UV_CACHE_DIR=/tmp/kiln-uv-cache UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \
 if [ -f /kiln/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/kiln/secrets/kiln-uv; fi
 if [ -f /kiln/secrets/kiln-ca ]; then export SSL_CERT_FILE=/kiln/secrets/kiln-ca; fi
 """
-
-
-def verify_spec(plan: BuildPlan) -> dict[str, Any]:
-    """What ``checks.py --spec-json`` expects: the image's CUDA, driver floor and extensions."""
-    return {
-        "cuda": plan.torch.cuda,
-        "min_driver": plan.min_driver,
-        "extensions": [{"name": e.name, "import": e.import_name} for e in plan.extensions],
-    }
 
 
 def scriptlets(text: str) -> dict[str, str]:

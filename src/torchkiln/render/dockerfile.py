@@ -21,62 +21,18 @@ from __future__ import annotations
 import json
 
 from torchkiln import __version__
+from torchkiln.contract import CONSTRAINTS, UV, VENV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
+from torchkiln.render import instructions as ins
 
-VENV = "/opt/venv"
-CONSTRAINTS = "/etc/pip/constraint.txt"
 LAYER = "/opt/kiln-layer"
-UV = "/kiln/bin/uv"
 UID = 1000
 DEV_TOOLS = ("build-essential", "git", "ninja-build", "ccache", "sudo")
-SHELL = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
 
 
-def _q(value: str) -> str:
-    """Quote a value for ENV/LABEL lines (JSON string quoting is valid Dockerfile quoting)."""
-    return json.dumps(value)
-
-
-def _run(mounts: list[str], commands: list[str]) -> list[str]:
-    """A RUN instruction: one mount per line, then the commands joined with ``&&``."""
-    parts = [f"--mount={m}" for m in mounts] + [commands[0]] + [f"&& {c}" for c in commands[1:]]
-    lines = ["RUN " + parts[0]]
-    lines += [f"    {p}" for p in parts[1:]]
-    return [line + " \\" for line in lines[:-1]] + [lines[-1]]
-
-
-def _bind(name: str) -> str:
-    return f"type=bind,source=.kiln/{name},target=/kiln/{name}"
-
-
-_UV_CACHE_MOUNT = "type=cache,target=/root/.cache/uv,sharing=locked"
-_SOURCE_MOUNTS = [
-    _bind("bin/uv"),
-    _bind("sources.sh"),
-    _bind("wheels"),
-    _UV_CACHE_MOUNT,
-    "type=secret,id=kiln-uv,target=/run/secrets/kiln-uv",
-    "type=secret,id=kiln-ca,target=/run/secrets/kiln-ca",
-]
 #: the torch stage's uv cache: a folder in the stage's own file system, removed in the same step
 TORCH_UV_CACHE = "/tmp/kiln-uv-torch"
-
-_APT_MOUNTS = [
-    "type=cache,target=/var/cache/apt,sharing=locked",
-    "type=cache,target=/var/lib/apt/lists,sharing=locked",
-]
-
-
-def _apt_install(packages: tuple[str, ...] | list[str]) -> list[str]:
-    return _run(
-        _APT_MOUNTS,
-        [
-            "rm -f /etc/apt/apt.conf.d/docker-clean",
-            "apt-get update",
-            "apt-get install -y --no-install-recommends " + " ".join(packages),
-        ],
-    )
 
 
 def header(plan: BuildPlan) -> list[str]:
@@ -95,12 +51,12 @@ def stage_base(plan: BuildPlan) -> list[str]:
     lines = [
         "# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer",
         f"FROM {plan.base_image} AS base",
-        SHELL,
+        ins.SHELL,
         "ENV LANG=C.UTF-8 \\",
         "    PYTHONUNBUFFERED=1",
     ]
     if plan.apt_packages:
-        lines += _apt_install(plan.apt_packages)
+        lines += ins.apt_install(plan.apt_packages)
     return lines
 
 
@@ -122,8 +78,8 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
         "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)",
         "FROM base AS torch",
-        *_run(
-            [*(m for m in _SOURCE_MOUNTS if m != _UV_CACHE_MOUNT), _bind("requirements-torch.txt"),
+        *ins.run(
+            [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
              *([ext.torch_wheel_mount()] if built else [])],
             [
                 ". /kiln/sources.sh",
@@ -148,9 +104,9 @@ def stage_packages(plan: BuildPlan) -> list[str]:
         "# packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add",
         "# are collected, so the runtime copies them as one small layer on top of the unchanged torch layer",
         "FROM torch AS packages",
-        SHELL,
-        *_run(
-            [*_SOURCE_MOUNTS, _bind("requirements.txt")],
+        ins.SHELL,
+        *ins.run(
+            [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt")],
             [
                 ". /kiln/sources.sh",
                 "touch /tmp/kiln-mark",
@@ -182,33 +138,16 @@ def _env(plan: BuildPlan) -> list[str]:
     pairs += list(plan.app.env)
     out = []
     for i, (k, v) in enumerate(pairs):
-        value = v if k == "PATH" else _q(v)
+        value = v if k == "PATH" else ins.quote(v)
         out.append(("ENV " if i == 0 else "    ") + f"{k}={value}" + (" \\" if i < len(pairs) - 1 else ""))
     return out
 
 
 def _labels(plan: BuildPlan) -> list[str]:
-    t = plan.torch
-    pairs = [
-        ("org.opencontainers.image.title", plan.image_name),
-        ("org.opencontainers.image.version", plan.tag),
-        ("org.opencontainers.image.base.name", plan.base_image),
-        ("io.torchkiln.version", __version__),
-        ("io.torchkiln.torch", t.version),
-        ("io.torchkiln.variant", t.variant),
-        ("io.torchkiln.python", plan.python),
-    ]
-    if t.cuda:
-        pairs += [
-            ("io.torchkiln.cuda", t.cuda),
-            ("io.torchkiln.arch-list", plan.arch_list),
-            ("io.torchkiln.wheel-arch-list", t.wheel_arch_list),
-            ("io.torchkiln.targets", ",".join(f"{x.name}={x.capability}" for x in plan.targets)),
-            ("io.torchkiln.min-driver", plan.min_driver or ""),
-        ]
+    pairs = list(image_labels(plan).items())
     out = []
     for i, (k, v) in enumerate(pairs):
-        out.append(("LABEL " if i == 0 else "      ") + f"{k}={_q(v)}" + (" \\" if i < len(pairs) - 1 else ""))
+        out.append(("LABEL " if i == 0 else "      ") + f"{k}={ins.quote(v)}" + (" \\" if i < len(pairs) - 1 else ""))
     return out
 
 
@@ -250,7 +189,7 @@ def _dev_user(plan: BuildPlan) -> list[str]:
     return [
         f"RUN useradd --create-home --uid {UID} --user-group --shell /bin/bash {u} \\",
         f"    && echo '{u} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{u} && chmod 0440 /etc/sudoers.d/{u}",
-        f"ENV CCACHE_DIR={_q(f'/home/{u}/.cache/ccache')}",
+        f"ENV CCACHE_DIR={ins.quote(f'/home/{u}/.cache/ccache')}",
     ]
 
 
@@ -266,7 +205,7 @@ def stage_dev(plan: BuildPlan) -> list[str]:
                  "FROM torch AS dev"]
     return [
         *start,
-        *_apt_install(DEV_TOOLS),
+        *ins.apt_install(DEV_TOOLS),
         *_copy_python(plan),
         "COPY .kiln/bin/uv /usr/local/bin/uv",
         *_dev_user(plan),

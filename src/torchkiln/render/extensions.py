@@ -39,8 +39,9 @@ from dataclasses import dataclass, replace
 
 from torchkiln.arch import parse_arch_list
 from torchkiln.knowledge import Knowledge
+from torchkiln.contract import CONSTRAINTS, UV, VENV
 from torchkiln.plan import BuildPlan, ExtensionPlan
-from torchkiln.render import dockerfile as df
+from torchkiln.render import instructions as ins
 
 CUDA_HOME = "/usr/local/cuda"
 EXT_WHEELS = "/opt/kiln-ext/wheels"
@@ -56,7 +57,7 @@ SRC_IN_BUILD = "/kiln/src"
 def _build_mounts() -> list[str]:
     """The helper script, pip's download cache, ccache, and the wheel cache (keyed folders inside)."""
     return [
-        df._bind("ext"),
+        ins.bind("ext"),
         "type=cache,id=kiln-pip,target=/root/.cache/pip,sharing=locked",
         "type=cache,id=kiln-ccache,target=/root/.cache/ccache",
         "type=cache,id=kiln-wheel-cache,target=/kiln/wheel-cache,sharing=locked",
@@ -138,8 +139,8 @@ def _builder_apt(plan: BuildPlan, python: str) -> list[str]:
         f"{{ [ -f \"$({python} -c 'import sysconfig; print(sysconfig.get_path(\"include\"))')/Python.h\" ] "
         f"|| apt-get install -y --no-install-recommends {plan.python_exe}-dev; }}"
     )
-    return df._run(
-        df._APT_MOUNTS,
+    return ins.run(
+        ins.APT_MOUNTS,
         [
             "rm -f /etc/apt/apt.conf.d/docker-clean",
             "apt-get update",
@@ -152,21 +153,21 @@ def _builder_apt(plan: BuildPlan, python: str) -> list[str]:
 def _env_block(pairs: list[tuple[str, str]]) -> list[str]:
     out = []
     for i, (k, v) in enumerate(pairs):
-        value = v if k == "PATH" else df._q(v)
+        value = v if k == "PATH" else ins.quote(v)
         out.append(("ENV " if i == 0 else "    ") + f"{k}={value}" + (" \\" if i < len(pairs) - 1 else ""))
     return out
 
 
 def _cuda_env(plan: BuildPlan) -> list[tuple[str, str]]:
     tc = plan.toolchain
-    venv_path = f"{df.VENV}/bin:$PATH"
+    venv_path = f"{VENV}/bin:$PATH"
     if tc is None or not tc.cuda:
-        return [("PATH", f"/usr/lib/ccache:{venv_path}"), ("VIRTUAL_ENV", df.VENV),
+        return [("PATH", f"/usr/lib/ccache:{venv_path}"), ("VIRTUAL_ENV", VENV),
                 ("CCACHE_DIR", "/root/.cache/ccache")]
     return [
         ("CUDA_HOME", tc.cuda_home),
         ("PATH", f"/usr/lib/ccache:{tc.cuda_home}/bin:{venv_path}"),
-        ("VIRTUAL_ENV", df.VENV),
+        ("VIRTUAL_ENV", VENV),
         ("TORCH_CUDA_ARCH_LIST", plan.arch_list),
         ("TORCH_NVCC_FLAGS", COMPRESS),
         ("NVCC_APPEND_FLAGS", COMPRESS),
@@ -180,16 +181,16 @@ def _install_toolchain(plan: BuildPlan, extra: tuple[str, ...], *, constrained: 
                        libraries: bool) -> list[str]:
     """The commands that install the CUDA wheels and build requirements, then check nvcc against torch."""
     tc = plan.toolchain
-    py = f"{df.VENV}/bin/python"
+    py = f"{VENV}/bin/python"
     reqs: list[str] = []
     if tc is not None and tc.kind == "wheels":
         reqs += list(tc.compiler)
         if libraries:
             reqs += [r for r in tc.libraries if r not in reqs]
     reqs += sorted(set(extra))
-    constraint = f" -c {df.CONSTRAINTS}" if constrained else ""
+    constraint = f" -c {CONSTRAINTS}" if constrained else ""
     cmds = [
-        f"{df.UV} pip install --python {py}{constraint} " + " ".join(shlex.quote(r) for r in reqs),
+        f"{UV} pip install --python {py}{constraint} " + " ".join(shlex.quote(r) for r in reqs),
     ]
     if tc is not None and tc.kind == "wheels":
         cmds.append(f"kiln_cuda_home {tc.cuda_home}")
@@ -227,7 +228,7 @@ def stage_torch_build(plan: BuildPlan) -> list[str]:
     setup = [
         ". /kiln/sources.sh",
         ". /kiln/ext/build.sh",
-        f"{df.UV} venv --python {plan.python_exe} {df.VENV}",
+        f"{UV} venv --python {plan.python_exe} {VENV}",
         *_install_toolchain(plan, b.build_requires, constrained=False, libraries=True),
     ]
     return [
@@ -235,13 +236,13 @@ def stage_torch_build(plan: BuildPlan) -> list[str]:
         "# targets, compressed fat binaries, CUDA/cuDNN/NCCL/distributed on, no tests, Ninja, ccache, MAX_JOBS from",
         "# memory); only its wheel leaves this stage, and the torch stage installs nothing else from here",
         f"FROM {tc.image if tc is not None and tc.image else 'base'} AS torch-build",
-        df.SHELL,
+        ins.SHELL,
         "ARG MAX_JOBS",
         *_builder_apt(plan, plan.python_exe),
-        *df._run([*df._SOURCE_MOUNTS, *_build_mounts()], setup),
+        *ins.run([*ins.SOURCE_MOUNTS, *_build_mounts()], setup),
         *_env_block(env),
-        *df._run(
-            [*df._SOURCE_MOUNTS, *_build_mounts(),
+        *ins.run(
+            [*ins.SOURCE_MOUNTS, *_build_mounts(),
              f"type=cache,id=kiln-torch-src,target={TORCH_SRC},sharing=locked"],
             [
                 ". /kiln/sources.sh",
@@ -281,15 +282,15 @@ def stage_toolchain(plan: BuildPlan) -> list[str]:
     else:
         what = f"torch's CUDA {tc.cuda} from the base image"
     if tc is not None and tc.image:
-        start = [f"FROM {tc.image} AS toolchain", df.SHELL, *_builder_apt(plan, plan.python_exe),
-                 f"COPY --from=torch {df.VENV} {df.VENV}", f"COPY --from=torch {df.CONSTRAINTS} {df.CONSTRAINTS}"]
+        start = [f"FROM {tc.image} AS toolchain", ins.SHELL, *_builder_apt(plan, plan.python_exe),
+                 f"COPY --from=torch {VENV} {VENV}", f"COPY --from=torch {CONSTRAINTS} {CONSTRAINTS}"]
     else:
-        start = ["FROM torch AS toolchain", df.SHELL, *_builder_apt(plan, plan.python_exe)]
+        start = ["FROM torch AS toolchain", ins.SHELL, *_builder_apt(plan, plan.python_exe)]
     return [
         "# toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:",
         f"# {what}, g++, Ninja and ccache; used by {used_by}, never by the runtime",
         *start,
-        *df._run([*df._SOURCE_MOUNTS, *_build_mounts()],
+        *ins.run([*ins.SOURCE_MOUNTS, *_build_mounts()],
                  [". /kiln/sources.sh", ". /kiln/ext/build.sh",
                   *_install_toolchain(plan, requires, constrained=True, libraries=False)]),
         *_env_block(_cuda_env(plan)),
@@ -297,7 +298,7 @@ def stage_toolchain(plan: BuildPlan) -> list[str]:
 
 
 def _ext_run(plan: BuildPlan, ext: ExtensionPlan) -> list[str]:
-    mounts = [*df._SOURCE_MOUNTS, *_build_mounts()]
+    mounts = [*ins.SOURCE_MOUNTS, *_build_mounts()]
     what = ext.spec
     if ext.path is not None:
         mounts.append(f"type=bind,source={ext.path},target={_src_target(ext)},rw")
@@ -310,7 +311,7 @@ def _ext_run(plan: BuildPlan, ext: ExtensionPlan) -> list[str]:
         f"kiln_wheel {cache_key(plan, ext)} {shlex.quote(what)}",
     ]
     title = ext.spec if ext.path is None else f"{ext.name} from {ext.path} (build context)"
-    return [f"# {title}", *df._run(mounts, cmds)]
+    return [f"# {title}", *ins.run(mounts, cmds)]
 
 
 def stage_extensions(plan: BuildPlan) -> list[str]:
@@ -342,8 +343,8 @@ def stage_ext_layer(plan: BuildPlan) -> list[str]:
     """Install the wheels without any compiler; collect only the files they add."""
     if not has_ext_layer(plan):
         return []
-    py = f"{df.VENV}/bin/python"
-    mounts = list(df._SOURCE_MOUNTS)
+    py = f"{VENV}/bin/python"
+    mounts = list(ins.SOURCE_MOUNTS)
     reqs: list[str] = []
     if has_builder(plan):
         mounts.append(f"type=bind,from=extensions,source={EXT_WHEELS},target=/kiln/ext-wheels")
@@ -354,17 +355,17 @@ def stage_ext_layer(plan: BuildPlan) -> list[str]:
         "# ext-layer: the extension wheels installed into the venv in a stage without compilers, constrained so",
         "# nothing installed before can change; only the files they add are collected, as one layer",
         f"FROM {parent} AS ext-layer",
-        df.SHELL,
-        *df._run(
+        ins.SHELL,
+        *ins.run(
             mounts,
             [
                 ". /kiln/sources.sh",
                 "touch /tmp/kiln-mark",
-                f"{df.UV} pip freeze --python {py} > /tmp/kiln-installed.txt",
-                f"{df.UV} pip install --python {py} -c {df.CONSTRAINTS} -c /tmp/kiln-installed.txt " + " ".join(reqs),
+                f"{UV} pip freeze --python {py} > /tmp/kiln-installed.txt",
+                f"{UV} pip install --python {py} -c {CONSTRAINTS} -c /tmp/kiln-installed.txt " + " ".join(reqs),
                 f"mkdir -p {EXT_LAYER}",
-                f"find {df.VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
-                f" | tar -C {df.VENV} --no-recursion -T - -cf - | tar -C {EXT_LAYER} -xf -",
+                f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
+                f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {EXT_LAYER} -xf -",
             ],
         ),
     ]
@@ -374,7 +375,7 @@ def copy_ext_layer(plan: BuildPlan) -> list[str]:
     """The runtime's (and dev's) copy of the installed extensions: files only, no wheels, no compiler."""
     if not has_ext_layer(plan):
         return []
-    return [f"COPY --from=ext-layer {EXT_LAYER}/ {df.VENV}/"]
+    return [f"COPY --from=ext-layer {EXT_LAYER}/ {VENV}/"]
 
 
 def builder_stages(plan: BuildPlan) -> list[list[str]]:
