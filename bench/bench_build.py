@@ -27,6 +27,7 @@ Usage: python bench/bench_build.py [--workload cpu|cu130] [--approaches torchkil
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -48,9 +49,9 @@ from torchkiln.build import sources as src
 from torchkiln.build.bootstrap import BaseRequest, bootstrap
 from torchkiln.engines import Engine, get_engine
 from torchkiln.engines.engine import BuildOutcome
-from torchkiln.build.pipeline import load_plan
 from torchkiln.errors import KilnError
 from torchkiln.build.context import write_context
+from torchkiln.load import load_plan
 from torchkiln.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,7 +262,8 @@ class Bench:
 
     # torchkiln: the real renderer and sources; only the uv cache-mount id is made unique to this run
     def torchkiln_build(self, base: str, tag: str, *, no_cache: bool = False) -> tuple[float, BuildOutcome]:
-        plan, spec_dir = load_plan(self.spec, base=base)
+        _spec, plan, spec_dir = load_plan(self.spec)
+        plan = dataclasses.replace(plan, base_image=base)
         ctx = self.work / f"ctx-torchkiln-{self.round}"  # a new folder: BuildKit has none of it yet
         start = time.monotonic()
         write_context(plan, spec_dir, ctx)
@@ -279,7 +281,7 @@ class Bench:
         return time.monotonic() - start, out
 
     def requirements(self) -> tuple[list[str], list[str], list[str]]:
-        plan, _ = load_plan(self.spec)
+        _spec, plan, _ = load_plan(self.spec)
         reqs = [plan.torch.requirement, *plan.torch.companions, *plan.pip_packages]
         return reqs, list(plan.app.copy), ["python3", *plan.app.command[1:]] if plan.app.command else ["python3"]
 

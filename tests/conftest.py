@@ -32,7 +32,7 @@ import pytest
 
 from torchkiln.build.bootstrap import BaseRequest, bootstrap
 from torchkiln.engines import Engine, get_engine
-from torchkiln.build.pipeline import BuildOptions, BuildSummary, build_image
+from torchkiln.build.execute import BuildOptions, BuildSummary, build_image
 from torchkiln.errors import EngineMissingError
 from torchkiln.runner import Runner
 from torchkiln.build.sources import SourceLayer, layer_from_env, layer_from_pip

@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import tempfile
 import threading
 import uuid
@@ -18,7 +19,7 @@ import pytest
 
 from torchkiln.cli import main
 from torchkiln.engines import Engine
-from torchkiln.build.pipeline import BuildOptions, build_image
+from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.errors import BuildError, SourceError
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -272,4 +273,23 @@ def test_precompile_puts_torch_compile_modules_into_the_layer(
     options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:precompiled")
     summary = build_image(spec, cpu_build.engine, options, env={})
     assert _from_source(cpu_build.engine, summary.image, "torch._dynamo") == []
+    cpu_build.engine.remove_image(summary.image)
+
+
+def test_the_executed_build_command_is_the_dry_runs(cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:
+    """What `kiln build --dry-run` prints is what runs: the same argv and environment reach the engine."""
+    from torchkiln.build.execute import execute, plan_spec
+    from torchkiln.engines import DockerEngine
+    from torchkiln.runner import Runner
+
+    spec = example_copy(tmp_path / "spec")
+    options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:dry-run-twin")
+    seen: list[str] = []
+    engine = DockerEngine(cpu_build.engine.info, Runner(echo=seen.append))
+    dry = plan_spec(spec, engine, options, env={}).to_dict()  # what --dry-run --json prints
+    summary = execute(plan_spec(spec, engine, options, env={}), engine)
+    env = " ".join(f"{k}={v}" for k, v in dry["env"].items())
+    ran = [c for c in seen if " build " in f" {c} "]
+    assert ran == [f"{env} {shlex.join(dry['command'])}".strip()]
+    assert summary.image == dry["image"]
     cpu_build.engine.remove_image(summary.image)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from torchkiln.engines import Engine
-from torchkiln.build.pipeline import BuildOptions, build_image
+from torchkiln.build.execute import BuildOptions, build_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.podman, pytest.mark.slow]
 

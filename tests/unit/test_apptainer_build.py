@@ -20,7 +20,7 @@ import pytest
 from torchkiln.cli import main
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine
 from torchkiln.engines.engine import EngineInfo
-from torchkiln.build.pipeline import BuildOptions, build_image
+from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.errors import InputError
 from torchkiln.contract import sif_name
 from torchkiln.runner import Runner
@@ -253,7 +253,10 @@ def test_tag_names_the_sif_and_dry_run_prints_the_command_without_building(
     assert code == 0, err
     data = json.loads(out)
     assert data["image"] == str(tmp_path / "out" / "img.sif")
-    assert data["command"][-2:] == [str(tmp_path / "out" / "img.sif"), str(tmp_path / "ctx" / "kiln.def")]
+    # the command the build runs: it writes beside the destination, which it replaces only after success
+    partial = tmp_path / "out" / ".img.sif.partial" / "img.sif"
+    assert data["command"][-2:] == [str(partial), str(tmp_path / "ctx" / "kiln.def")]
+    assert data["writes"] == str(partial) and data["cwd"] == str(tmp_path / "ctx")
     assert (tmp_path / "ctx" / "kiln.def").is_file() and not (log / "argv").exists()
 
     code, out, err = run(capsys, "build", str(spec), "--engine", "apptainer", "--tag", "out/img.sif")
@@ -333,13 +336,15 @@ def test_offline_bootstrap_from_a_file_relative_to_where_kiln_runs(
 
 
 def test_localimage_base_must_be_a_sif() -> None:
-    from torchkiln.build.pipeline import ensure_sif_base, load_plan
+    from torchkiln.build.execute import ensure_sif_base
+    from torchkiln.load import load_plan
     from torchkiln.render.apptainer import ApptainerOptions
 
-    plan, _ = load_plan(ROOT / "examples" / "cpu.toml")
+    _spec, plan, _ = load_plan(ROOT / "examples" / "cpu.toml")
     engine = ApptainerEngine(EngineInfo(APPTAINER, "apptainer", "apptainer 1.3.4", "", ""), Runner())
     with pytest.raises(InputError, match="is not a SIF file"):
-        ensure_sif_base(engine, plan, ApptainerOptions("localimage", str(ROOT / "examples" / "cpu.toml")))
+        ensure_sif_base(engine, ApptainerOptions("localimage", str(ROOT / "examples" / "cpu.toml")), plan.python,
+                        plan.python_source, plan.base_image)
     assert sif_name(plan) == SIF_NAME
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from torchkiln.engines.engine import StepRecord
-from torchkiln.build.pipeline import cache_counts, default_context_dir, load_plan, summarize_stages
+from torchkiln.build.execute import cache_counts, summarize_stages
+from torchkiln.build.invocation import default_context_dir
+from torchkiln.load import load_plan
 from torchkiln.contract import image_ref
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,21 +44,15 @@ def test_cache_counts_leave_out_from_and_internal_steps() -> None:
 
 
 def test_image_ref() -> None:
-    plan, _ = load_plan(ROOT / "examples" / "cpu.toml")
+    _spec, plan, _ = load_plan(ROOT / "examples" / "cpu.toml")
     assert image_ref(plan, "runtime") == "torchkiln/example-cpu:latest"
     assert image_ref(plan, "dev") == "torchkiln/example-cpu:latest-dev"
     assert image_ref(plan, "dev", "x/y:z") == "x/y:z"
 
 
-def test_load_plan_applies_the_base_override() -> None:
-    plan, spec_dir = load_plan(ROOT / "examples" / "cpu.toml", base="kiln-base:bookworm")
-    assert plan.base_image == "kiln-base:bookworm"
-    assert spec_dir == (ROOT / "examples").resolve()
-
-
 def test_context_dir_is_stable_per_spec_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
-    plan, spec_dir = load_plan(ROOT / "examples" / "cpu.toml")
+    _spec, plan, spec_dir = load_plan(ROOT / "examples" / "cpu.toml")
     a = default_context_dir(plan, spec_dir)
     assert a == default_context_dir(plan, spec_dir)
     assert a.parent == tmp_path / "contexts"

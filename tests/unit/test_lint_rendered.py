@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.cli._load import load_plan
+from torchkiln.load import load_plan
 from torchkiln.lint import LintConfig, lint_text
 from torchkiln.lint.model import parse_dockerfile
 from torchkiln.render.dockerfile import context_files

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from torchkiln.errors import InputError, SpecError
@@ -73,8 +74,33 @@ def replaced_folder(out_dir: Path) -> Iterator[Path]:
         raise
 
 
-def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
-    """Write the complete build context into ``out_dir`` (replacing it). Returns the files written."""
+@dataclass(frozen=True)
+class ContextFiles:
+    """Everything a build context holds: generated texts and the files and folders copied in."""
+
+    texts: Mapping[str, str]  # relative path -> text (the renderers' output)
+    copies: Mapping[str, Path]  # relative path -> the file or folder copied there (uv, app files, sources)
+
+    def to_dict(self) -> dict[str, str]:
+        """Every entry of the context, by relative path: ``rendered`` or the path it is copied from."""
+        return {**{rel: "rendered" for rel in self.texts}, **{rel: str(src) for rel, src in self.copies.items()}}
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """Write the whole context into ``out_dir`` (replacing it, never half-written); the files written."""
+        out_dir = out_dir.resolve()
+        with replaced_folder(out_dir) as tmp:
+            for rel, text in self.texts.items():
+                p = tmp / rel
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(text, encoding="utf-8")
+            for rel, src in self.copies.items():
+                if not (tmp / rel).exists():  # an [app] copy entry inside another one is copied with it
+                    place(src, tmp / rel)
+        return sorted(p for p in out_dir.rglob("*") if p.is_file())
+
+
+def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
+    """The Dockerfile's build context; the paths kiln.toml names must exist next to it."""
     ext_paths = extensions.context_paths(plan)
     missing_ext = [p for p in ext_paths if not (spec_dir / p).is_dir()]
     if missing_ext:
@@ -95,18 +121,13 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
     if clash:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
-    out_dir = out_dir.resolve()
-    with replaced_folder(out_dir) as tmp:
-        for rel, text in context_files(plan).items():
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text, encoding="utf-8")
-        uv_dest = tmp / ".kiln/bin/uv"
-        place(find_uv(), uv_dest)
-        for item in (*plan.app.copy, *ext_paths):
-            if not (tmp / item).exists():
-                place(spec_dir / item, tmp / item)
-    return sorted(p for p in out_dir.rglob("*") if p.is_file())
+    copies = {".kiln/bin/uv": find_uv(), **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)}}
+    return ContextFiles(context_files(plan), copies)
+
+
+def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
+    """Write the complete build context into ``out_dir`` (replacing it). Returns the files written."""
+    return dockerfile_context(plan, spec_dir).write(out_dir)
 
 
 def _verify_sources() -> list[Path]:
@@ -117,10 +138,8 @@ def _verify_sources() -> list[Path]:
     return [Path(checks.__file__), Path(fatbin.__file__)]
 
 
-def write_apptainer_context(
-    plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
-) -> list[Path]:
-    """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
+def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions | None = None) -> ContextFiles:
+    """``kiln.def`` and everything its ``%files`` names; the paths kiln.toml names must exist."""
     texts = apptainer_files(plan, options)  # validates the plan's values first
     local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
     missing = [c for c in local if not (spec_dir / c).exists()]
@@ -133,16 +152,13 @@ def write_apptainer_context(
     if clash:
         raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
-    out_dir = out_dir.resolve()
-    with replaced_folder(out_dir) as tmp:
-        for rel, text in texts.items():
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text, encoding="utf-8")
-        place(find_uv(), tmp / ".kiln/bin/uv")
-        for src in _verify_sources():
-            shutil.copyfile(src, tmp / ".kiln/verify" / src.name)
-        for item in local:
-            assert item is not None
-            place(spec_dir / item, tmp / item)
-    return sorted(p for p in out_dir.rglob("*") if p.is_file())
+    copies = {".kiln/bin/uv": find_uv(), **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
+              **{item: spec_dir / item for item in local if item is not None}}
+    return ContextFiles(texts, copies)
+
+
+def write_apptainer_context(
+    plan: BuildPlan, spec_dir: Path, out_dir: Path, options: ApptainerOptions | None = None
+) -> list[Path]:
+    """Write ``kiln.def`` and everything its ``%files`` names into ``out_dir`` (replacing it)."""
+    return apptainer_context(plan, spec_dir, options).write(out_dir)

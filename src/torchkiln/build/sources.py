@@ -551,14 +551,56 @@ class PreparedSources:
         }
 
 
+#: the file name of the generated uv configuration in the secrets folder
+UV_TOML = "uv.toml"
+
+
+def secret_paths(sources: Sources, secrets_dir: Path) -> dict[str, Path]:
+    """The build secrets ``prepare(sources, ..., secrets_dir=secrets_dir)`` will pass, by id (pure)."""
+    secrets: dict[str, Path] = {}
+    if sources.index_url or sources.torch_index or sources.extra_index_urls or sources.find_links:
+        secrets[SECRET_UV] = secrets_dir / UV_TOML
+    if sources.ca_bundle:
+        secrets[SECRET_CA] = Path(sources.ca_bundle)
+    return secrets
+
+
+def build_network(sources: Sources) -> Network:
+    """The network the build uses: host when a local index folder is served on 127.0.0.1 for it."""
+    indexes = [u for u in (sources.index_url, sources.torch_index, *sources.extra_index_urls) if u]
+    return "host" if any(local_folder(u) is not None for u in indexes) else sources.network
+
+
+@contextmanager
+def private_folder(path: Path | None) -> Iterator[Path]:
+    """``path`` created private (0700) and removed afterwards; a temporary folder when None."""
+    if path is None:
+        with tempfile.TemporaryDirectory(prefix="kiln-secrets-") as tmp:
+            yield Path(tmp)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(mode=0o700, parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @contextmanager
 def prepare(
-    sources: Sources, context_dir: Path, *, check_network: bool = True, probe: Probe = _http_probe
+    sources: Sources,
+    context_dir: Path,
+    *,
+    secrets_dir: Path | None = None,
+    check_network: bool = True,
+    probe: Probe = _http_probe,
 ) -> Iterator[PreparedSources]:
     """Turn ``sources`` into build inputs for the context at ``context_dir``; clean up afterwards.
 
     Fills ``.kiln/wheels``, starts the local index servers, writes the secret files in a private
-    temporary folder (outside the context), and checks that remote indexes answer.
+    folder outside the context (``secrets_dir``, made private and removed afterwards; a temporary
+    one when None), and checks that remote indexes answer. The secrets and network it yields are
+    the ones ``secret_paths`` and ``build_network`` foretell.
     """
     ca = check_ca_bundle(sources.ca_bundle) if sources.ca_bundle else None
     servers: dict[Path, LocalIndexServer] = {}
@@ -588,7 +630,7 @@ def prepare(
             ours = {url for _, url in served}
             check_reachable([u for u in [index_url, *extras, *remote_links] if u and u not in ours], ca, probe)
 
-        with tempfile.TemporaryDirectory(prefix="kiln-secrets-") as tmp:
+        with private_folder(secrets_dir) as tmp:
             secrets: dict[str, Path] = {}
             uv_toml = ""
             if index_url or extras or find_links:
@@ -598,7 +640,7 @@ def prepare(
                     find_links=find_links,
                     index_strategy=sources.index_strategy,
                 )
-                path = Path(tmp) / "uv.toml"
+                path = tmp / UV_TOML
                 path.write_text(uv_toml)
                 path.chmod(0o600)
                 secrets[SECRET_UV] = path

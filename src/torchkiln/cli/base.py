@@ -11,7 +11,7 @@ from torchkiln.build.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseReque
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import StepDisplay, human_size, live_output, make_runner
-from torchkiln.engines import ApptainerEngine, get_engine
+from torchkiln.engines import get_engine
 from torchkiln.errors import InputError
 
 EngineOpt = Annotated[
@@ -58,7 +58,7 @@ def bootstrap_cmd(
     request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag)
     runner = make_runner()
     engine = get_engine(engine_name, runner)
-    if isinstance(engine, ApptainerEngine):  # refuse before debootstrap runs, not after
+    if engine.info.name == "apptainer":  # it has no image store: refuse before debootstrap runs, not after
         raise InputError(
             "kiln base bootstrap imports the base into an engine's image store, and apptainer has none.",
             hint="Bootstrap with docker or podman (--engine docker), write it as a file with `kiln export "

@@ -2,7 +2,8 @@
 
 Progress goes to stderr: live (rich) on a terminal, one plain line per finished step otherwise (CI,
 pipes). The summary goes to stdout, as JSON with ``--json``. With ``--engine apptainer`` the image
-is a ``.sif`` file (see ``torchkiln.build.pipeline``).
+is a ``.sif`` file (see ``torchkiln.build.execute``). ``--dry-run`` prints the ``BuildInvocation`` the
+build would run (``torchkiln.build.invocation``).
 """
 
 from __future__ import annotations
@@ -21,20 +22,13 @@ from rich.text import Text
 
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
-from torchkiln.engines import ApptainerEngine, BuildEvent, Engine, StepRecord, get_engine
-from torchkiln.build.pipeline import (
-    BuildOptions,
-    BuildSummary,
-    absolute_sources,
-    build_image,
-    image_for,
-    load_plan,
-    sif_path,
-)
+from torchkiln.build.execute import BuildSummary, execute, plan_spec
+from torchkiln.build.invocation import BuildInvocation, BuildOptions
+from torchkiln.build.sources import layer_from_flags
+from torchkiln.engines import BuildEvent, StepRecord, get_engine
 from torchkiln.errors import InputError
 from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
 from torchkiln.runner import Runner
-from torchkiln.build.sources import layer_from_flags
 
 Target = Literal["runtime", "dev"]
 EngineOpt = Annotated[
@@ -274,7 +268,7 @@ def build_cmd(
         cwd=Path.cwd(),
     )
     engine = get_engine(engine_name, runner)
-    apptainer = isinstance(engine, ApptainerEngine)
+    apptainer = engine.info.name == "apptainer"
     for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
         if value is not None and not apptainer:
             raise typer.BadParameter(f"is for apptainer builds; {engine.name} builds FROM the base image "
@@ -284,8 +278,10 @@ def build_cmd(
         from_pip=sources_from_pip, flags=flags,
         apptainer=ApptainerOptions(bootstrap or "docker", from_, builder_from),
     )
+    start = time.monotonic()
+    invocation = plan_spec(spec, engine, options, runner=runner)
     if dry_run:
-        _dry_run(spec, engine, options, json)
+        _dry_run(invocation, json)
         return
     if not json:
         err_console.print(
@@ -294,42 +290,26 @@ def build_cmd(
             highlight=False,
         )
     with StepDisplay(live=live_output() and not json, verbose=verbose) as display:
-        summary = build_image(spec, engine, options, progress=display.event, runner=runner)
+        summary = execute(invocation, engine, progress=display.event, started=start)
     if json:
         print_json(summary.to_dict())
     else:
         print_summary(summary, spec, tag)
 
 
-def _dry_run(spec: Path, engine: Engine, options: BuildOptions, as_json: bool) -> None:
-    from torchkiln.build.pipeline import default_context_dir
-    from torchkiln.build.context import write_apptainer_context, write_context
-    from torchkiln.contract import SECRET_CA, SECRET_UV
-
-    plan, spec_dir = load_plan(spec, base=options.base)
-    ref = image_for(engine.name, plan, spec_dir, options.target, options.tag)
-    ctx = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
-    if isinstance(engine, ApptainerEngine):
-        from torchkiln.render.apptainer import DEFFILE
-
-        write_apptainer_context(plan, spec_dir, ctx, absolute_sources(options.apptainer, Path.cwd()))
-        # the sources are copied into CTX/.kiln/secrets for the build only
-        cmd, env = engine.build_command(ctx, ctx / DEFFILE, no_cache=options.no_cache,
-                                        output=sif_path(plan, spec_dir, options.tag))
-        done = "written after a successful build"
-    else:
-        write_context(plan, spec_dir, ctx)
-        secrets = {SECRET_UV: Path("<uv.toml from the sources>"), SECRET_CA: Path("<CA bundle, when given>")}
-        cmd, env = engine.build_command(
-            ctx, ctx / "Dockerfile", target=options.target, secrets=secrets, network=options.flags.network,
-            no_cache=options.no_cache,
-        )
-        done = "tagged after a successful build"
+def _dry_run(inv: BuildInvocation, as_json: bool) -> None:
+    """Write the context (so it can be read or built by hand) and print the invocation; build nothing."""
+    inv.files.write(inv.context)
     if as_json:
-        print_json({"image": ref, "context": str(ctx), "command": cmd, "env": env, "engine": engine.info.to_dict()})
+        print_json(inv.to_dict())
         return
-    prefix = " ".join(f"{k}={v}" for k, v in env.items())
-    console.print(f"context: {ctx}", highlight=False)
-    console.print(f"image:   {ref} ({done})", highlight=False)
-    console.print(f"command: {prefix + ' ' if prefix else ''}{shlex.join(cmd)}", highlight=False, soft_wrap=True)
-
+    done = "written after a successful build" if inv.output_file is not None else "tagged after a successful build"
+    prefix = " ".join(f"{k}={v}" for k, v in inv.command.env.items())
+    where = f"cd {shlex.quote(str(inv.command.cwd))} && " if inv.command.cwd is not None else ""
+    console.print(f"context: {inv.context}", highlight=False)
+    console.print(f"image:   {inv.image} ({done})", highlight=False)
+    console.print(f"command: {where}{prefix + ' ' if prefix else ''}{shlex.join(inv.command.argv)}",
+                  highlight=False, soft_wrap=True)
+    if inv.secrets:
+        console.print("secrets: " + ", ".join(f"{k}={v}" for k, v in sorted(inv.secrets.items())) +
+                      " (written for the build only)", highlight=False)

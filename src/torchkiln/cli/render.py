@@ -12,7 +12,7 @@ import typer
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.build.context import write_apptainer_context, write_context
-from torchkiln.cli._load import load_plan
+from torchkiln.load import load_plan
 from torchkiln.contract import sif_name
 from torchkiln.errors import KilnError, OutputError
 from torchkiln.plan import BuildPlan

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
-from torchkiln.cli._load import load_plan
+from torchkiln.load import load_plan
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
 from torchkiln.render.extensions import estimate_builds

@@ -14,8 +14,9 @@ import typer
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
 from torchkiln.engines import Mount, get_engine
-from torchkiln.build.pipeline import image_for, load_plan
+from torchkiln.build.invocation import image_for
 from torchkiln.errors import InputError
+from torchkiln.load import load_plan
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -67,9 +68,9 @@ def run_cmd(
 
     Example: kiln run examples/cpu.toml -- python -c "import torch; print(torch.__version__)"
     """
-    plan, spec_dir = load_plan(spec)
+    _spec, plan, spec_dir = load_plan(spec)
     engine = get_engine(engine_name, make_runner())
-    ref = image_for(engine.name, plan, spec_dir, target, tag)
+    ref = image_for(engine.name, plan, spec_dir.resolve(), target, tag)
     if not engine.image_exists(ref):
         raise missing_image(ref, engine.name, spec, target, tag)
     result = engine.run(

@@ -52,11 +52,13 @@ def _engine_for(image: str, name: str | None) -> Engine:
 
 def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], str]:
     """(what checks.py --spec-json takes, the image the spec builds: a .sif path with apptainer)."""
-    from torchkiln.build.pipeline import image_for, load_plan
+    from torchkiln.build.invocation import image_for
     from torchkiln.contract import verify_spec
+    from torchkiln.load import load_plan
 
-    plan, spec_dir = load_plan(spec)
-    return verify_spec(plan), image_for(engine_name or os.environ.get("KILN_ENGINE") or "", plan, spec_dir)
+    _spec, plan, spec_dir = load_plan(spec)
+    return verify_spec(plan), image_for(engine_name or os.environ.get("KILN_ENGINE") or "", plan,
+                                        spec_dir.resolve())
 
 
 @app.command("verify")

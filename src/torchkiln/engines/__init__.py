@@ -20,6 +20,7 @@ from torchkiln.engines.apptainer import ApptainerEngine, probe_apptainer
 from torchkiln.engines.engine import (
     AUTO_ENGINES,
     ENGINE_NAMES,
+    BuildCommand,
     BuildEvent,
     BuildOutcome,
     Engine,
@@ -39,6 +40,7 @@ from torchkiln.runner import Runner
 __all__ = [
     "ENGINE_NAMES",
     "ApptainerEngine",
+    "BuildCommand",
     "BuildEvent",
     "BuildOutcome",
     "DockerEngine",

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from torchkiln.engines.engine import (
+    BuildCommand,
     BuildEvent,
     BuildOutcome,
     Engine,
@@ -163,18 +164,32 @@ class ApptainerEngine(Engine):
         """Build ``dockerfile`` (a definition file) into ``output`` (default ``context/image.sif``)."""
         out = (output or context / "image.sif").resolve()
         cmd, env = self.build_command(context, dockerfile, target=target, no_cache=no_cache, output=out)
+        return self.run_build(BuildCommand(tuple(cmd), env, context, out), secrets=secrets, labels=labels,
+                              progress=progress)
+
+    def run_build(
+        self,
+        command: BuildCommand,
+        *,
+        secrets: Mapping[str, Path] | None = None,
+        labels: Mapping[str, str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> BuildOutcome:
+        """Run exactly ``command`` in the definition's folder (``command.cwd``), the secrets and labels
+        placed in its ``.kiln/`` for the run only; the image is the file ``command.writes``."""
+        context = command.cwd or Path.cwd()
         placed = self._place_inputs(context, secrets or {}, labels or {})
         steps = _Steps(progress)
         try:
-            result = self.runner.run(cmd, env=env, cwd=context, on_line=steps.feed, check=False,
-                                     what="apptainer build")
+            result = self.runner.run(list(command.argv), env=dict(command.env), cwd=context, on_line=steps.feed,
+                                     check=False, what="apptainer build")
         finally:
             for p in placed:
                 p.unlink(missing_ok=True)
         steps.finish(result.returncode == 0)
         if result.returncode != 0:
             raise _build_error(steps, result, self.fakeroot)
-        return BuildOutcome(image_id=str(out), seconds=result.seconds, steps=tuple(steps.steps))
+        return BuildOutcome(image_id=str(command.writes), seconds=result.seconds, steps=tuple(steps.steps))
 
     def _place_inputs(self, context: Path, secrets: Mapping[str, Path], labels: Mapping[str, str]) -> list[Path]:
         placed: list[Path] = []

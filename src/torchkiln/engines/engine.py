@@ -100,6 +100,21 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class BuildCommand:
+    """One engine build, spelled out: what runs, with what environment, where, and what it writes."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path | None
+    #: the file the build leaves: the image id (docker/podman ``--iidfile``) or the image itself (.sif)
+    writes: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"argv": list(self.argv), "env": dict(self.env), "cwd": None if self.cwd is None else str(self.cwd),
+                "writes": str(self.writes)}
+
+
+@dataclass(frozen=True)
 class BuildOutcome:
     image_id: str
     seconds: float
@@ -173,22 +188,39 @@ class Engine(ABC):
     ) -> BuildOutcome:
         """Build ``dockerfile`` in ``context``; the image is left untagged (tag it with ``tag``).
 
-        Shared by the engines that build OCI images from a Dockerfile (docker, podman): each gives
-        its command line (``build_command``) and its progress parser (``_progress_parser``).
+        ``build_command`` with an image-id file in a temporary folder, then ``run_build``: for
+        callers that build a context of their own (benchmarks, tests); ``kiln build`` plans its
+        command first (``torchkiln.build.invocation``) and calls ``run_build`` with it.
         """
-        parser = self._progress_parser(progress)
-        name = self.info.name
         with tempfile.TemporaryDirectory(prefix="kiln-iid-") as tmp:
             iid = Path(tmp) / "iid"
             cmd, env = self.build_command(
                 context, dockerfile, target=target, secrets=secrets, network=network,
                 labels=labels, no_cache=no_cache, iidfile=iid,
             )
-            result = self.runner.run(cmd, env=env, on_line=parser.feed, check=False, what=f"{name} build")
-            parser.finish(result.returncode == 0)
-            if result.returncode != 0:
-                raise build_failure(name, parser.failed, result)
-            image_id = iid.read_text().strip() if iid.exists() else ""
+            return self.run_build(BuildCommand(tuple(cmd), env, None, iid), secrets=secrets, progress=progress)
+
+    def run_build(
+        self,
+        command: BuildCommand,
+        *,
+        secrets: Mapping[str, Path] | None = None,
+        labels: Mapping[str, str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> BuildOutcome:
+        """Run exactly ``command``; the image id is what it wrote to ``command.writes``.
+
+        Shared by the engines that build OCI images from a Dockerfile (docker, podman): each gives
+        its command line (``build_command``: secrets and labels are in it) and its progress parser.
+        """
+        parser = self._progress_parser(progress)
+        name = self.info.name
+        result = self.runner.run(list(command.argv), env=dict(command.env), cwd=command.cwd, on_line=parser.feed,
+                                 check=False, what=f"{name} build")
+        parser.finish(result.returncode == 0)
+        if result.returncode != 0:
+            raise build_failure(name, parser.failed, result)
+        image_id = command.writes.read_text().strip() if command.writes.exists() else ""
         return BuildOutcome(image_id=image_id, seconds=result.seconds, steps=parser.steps)
 
     def _progress_parser(self, progress: ProgressCallback | None) -> ProgressParser:

@@ -1,0 +1,271 @@
+"""Running a ``BuildInvocation``: the only side effects of ``kiln build``.
+
+``execute(invocation, engine)`` writes the context, checks the base, prepares the package sources
+(wheel folders linked in, local indexes served, secrets written into the scratch folder), runs the
+engine's build command exactly as planned, and then makes the result visible under its name: the
+image is built untagged (the engine writes its id to the planned image-id file) and tagged only
+after the build succeeded, a ``.sif`` is moved into place only after it was written whole. So a
+failed build never leaves a half-made image under the spec's name. The scratch folder (and the
+secrets in it) is removed whatever happens.
+
+The engine is passed in; tests hand ``execute`` a fake one (no daemon), the way pypa/build takes a
+runner.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from torchkiln.build import sources as src
+from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
+from torchkiln.contract import BASE_LABEL_PREFIX
+from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, EngineInfo, ImageDetails, StepRecord
+from torchkiln.errors import BuildError, InputError, ResolveError
+from torchkiln.load import load_plan
+from torchkiln.render.apptainer import ApptainerOptions
+from torchkiln.runner import Runner
+from torchkiln.sif import is_sif
+
+
+class BuildEngine(Protocol):
+    """What ``execute`` asks of an engine (docker, podman, apptainer, or a test's fake)."""
+
+    info: EngineInfo
+    runner: Runner
+
+    def run_build(self, command: BuildCommand, *, secrets: Mapping[str, Path] | None = None,
+                  labels: Mapping[str, str] | None = None,
+                  progress: Callable[[BuildEvent], None] | None = None) -> BuildOutcome: ...
+    def image_exists(self, image: str) -> bool: ...
+    def pull(self, image: str, *, timeout: float | None = 120) -> bool: ...
+    def inspect_image(self, image: str) -> ImageDetails: ...
+    def tag(self, source: str, ref: str) -> None: ...
+    def push(self, image: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    name: str
+    seconds: float
+    steps: int
+    cached: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": round(self.seconds, 2), "steps": self.steps, "cached": self.cached}
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    image: str
+    image_id: str
+    target: str
+    engine: dict[str, str]
+    seconds: float  # wall time of the whole command (render, sources, build, tag)
+    build_seconds: float  # the engine's build alone
+    export_seconds: float
+    context: str
+    size_bytes: int
+    layers: int
+    stages: tuple[StageSummary, ...]
+    steps: tuple[StepRecord, ...]
+    cache_hits: int
+    cache_misses: int
+    base_image: str
+    sources: dict[str, Any]
+    pushed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "image_id": self.image_id,
+            "target": self.target,
+            "engine": self.engine,
+            "seconds": round(self.seconds, 2),
+            "build_seconds": round(self.build_seconds, 2),
+            "export_seconds": round(self.export_seconds, 2),
+            "size_bytes": self.size_bytes,
+            "layers": self.layers,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "stages": [s.to_dict() for s in self.stages],
+            "steps": [s.to_dict() for s in self.steps if s.is_instruction],
+            "base_image": self.base_image,
+            "context": self.context,
+            "sources": self.sources,
+            "pushed": self.pushed,
+        }
+
+
+def summarize_stages(steps: tuple[StepRecord, ...]) -> tuple[StageSummary, ...]:
+    """Time and cache hits per Dockerfile stage, in order of first appearance (pure)."""
+    order: list[str] = []
+    acc: dict[str, list[float]] = {}
+    for s in steps:
+        if not s.is_instruction:
+            continue
+        if s.stage not in acc:
+            order.append(s.stage)
+            acc[s.stage] = [0.0, 0, 0]
+        a = acc[s.stage]
+        a[0] += s.seconds or 0.0
+        a[1] += 1
+        a[2] += 1 if s.status == "cached" else 0
+    return tuple(StageSummary(n, acc[n][0], int(acc[n][1]), int(acc[n][2])) for n in order)
+
+
+def cache_counts(steps: tuple[StepRecord, ...]) -> tuple[int, int]:
+    """(hits, misses) over the Dockerfile's instructions (FROM lines are neither)."""
+    counted = [s for s in steps if s.is_instruction and not s.name.upper().startswith("FROM ")]
+    hits = sum(1 for s in counted if s.status == "cached")
+    return hits, len(counted) - hits
+
+
+def ensure_base(engine: BuildEngine, base: str, python: str, python_source: str) -> None:
+    """The base image must be local or pullable, and hold the Python the plan needs."""
+    if not engine.image_exists(base) and not engine.pull(base):
+        raise InputError(
+            f"the base image {base} is not in {engine.info.name}'s local store and cannot be pulled.",
+            hint=(
+                "Without a registry, make a base offline: `kiln base bootstrap` (Debian bookworm + Python 3.11), "
+                "then build with `--base kiln-base:bookworm` or set `image = \"kiln-base:bookworm\"` in the `base` "
+                f"table of kiln.toml. Or load an image you have (`{engine.info.name} load -i FILE`) and tag it {base}."
+            ),
+        )
+    _check_base_python(base, engine.inspect_image(base).labels, python, python_source)
+
+
+def _check_base_python(base: str, labels: Mapping[str, str], python: str, python_source: str) -> None:
+    found = labels.get(f"{BASE_LABEL_PREFIX}.python")
+    if found and found != python and python_source == "image":
+        raise ResolveError(
+            f"the base image {base} has Python {found}, but the spec asks for Python {python}.",
+            hint=(
+                f"Set `version = \"{found}\"` in the `python` table of kiln.toml, or bootstrap a suite whose "
+                f"python3 is {python} (`kiln base bootstrap --suite SUITE`)."
+            ),
+        )
+
+
+def ensure_sif_base(engine: BuildEngine, options: ApptainerOptions, python: str, python_source: str,
+                    base_image: str) -> None:
+    """A file bootstrap's base must exist (a ``localimage`` .sif: and hold the plan's Python).
+
+    Registry (``docker``) and ``docker-daemon`` bases are fetched by ``apptainer build`` itself:
+    apptainer has no store to look in first, and a failed fetch fails the bootstrap stage with a hint.
+    """
+    if not options.takes_files:
+        return
+    for option, value in (("--from", options.source), ("--builder-from", options.builder_source)):
+        if value is not None and not Path(value).is_file():
+            raise InputError(
+                f"the base image file {value} (given with {option} for Bootstrap {options.bootstrap}) does not exist.",
+                hint=f"Write it where Docker is (`kiln export {base_image} --format "
+                     f"{'sif' if options.bootstrap == 'localimage' else options.bootstrap} -o FILE`) and copy it here.",
+            )
+    if options.bootstrap == "localimage" and options.source is not None:
+        if not is_sif(Path(options.source)):
+            raise InputError(f"{options.source} is not a SIF file (Bootstrap localimage needs one).",
+                             hint="Give a .sif, or use --bootstrap docker-archive / oci-archive for a tar.")
+        _check_base_python(options.source, engine.inspect_image(options.source).labels, python, python_source)
+
+
+def execute(
+    inv: BuildInvocation,
+    engine: BuildEngine,
+    *,
+    progress: Callable[[BuildEvent], None] | None = None,
+    started: float | None = None,
+) -> BuildSummary:
+    """Run ``inv`` with ``engine`` (see the module docstring); ``started``: when the command began."""
+    start = time.monotonic() if started is None else started
+    if inv.apptainer is not None:
+        ensure_sif_base(engine, inv.apptainer, inv.python, inv.python_source, inv.base_image)
+    else:
+        ensure_base(engine, inv.base_image, inv.python, inv.python_source)
+    inv.files.write(inv.context)
+    output = inv.output_file
+    with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared:
+        assert prepared.secrets == inv.secrets and prepared.network == inv.network, "sources differ from the plan"
+        if output is not None:
+            with src.private_folder(output.parent):
+                outcome = engine.run_build(inv.command, secrets=prepared.secrets, progress=progress)
+                if not is_sif(output):
+                    raise BuildError(
+                        f"apptainer build reported success but wrote no SIF file at {output}.",
+                        hint="Rerun with --debug --verbose and read apptainer's output.",
+                    )
+                os.replace(output, inv.image)
+        else:
+            outcome = engine.run_build(inv.command, secrets=prepared.secrets, progress=progress)
+        sources_record = {**inv.sources.to_dict(), **prepared.to_dict()}
+    if output is None and not outcome.image_id:
+        raise InputError(
+            f"{inv.engine.name} reported success but wrote no image id.",
+            hint="Rerun with --debug and check the engine's output.",
+        )
+    for ref in inv.tags:
+        engine.tag(outcome.image_id, ref)
+    details = engine.inspect_image(inv.image)
+    for ref in inv.tags if inv.push else ():
+        engine.push(ref)
+    if output is not None:  # apptainer caches base layers, never build steps: every stage runs
+        hits, misses = 0, len([s for s in outcome.steps if s.is_instruction])
+        export_stage, image_id, size = "sif", details.id, Path(inv.image).stat().st_size
+    else:
+        hits, misses = cache_counts(outcome.steps)
+        export_stage, image_id, size = "export", outcome.image_id, details.size
+    return BuildSummary(
+        image=inv.image,
+        image_id=image_id,
+        target=inv.target,
+        engine=inv.engine.to_dict(),
+        seconds=time.monotonic() - start,
+        build_seconds=outcome.seconds,
+        export_seconds=sum(s.seconds or 0.0 for s in outcome.steps if s.stage == export_stage),
+        context=str(inv.context),
+        size_bytes=size,
+        layers=details.layers,
+        stages=summarize_stages(outcome.steps),
+        steps=outcome.steps,
+        cache_hits=hits,
+        cache_misses=misses,
+        base_image=inv.base_image,
+        sources=sources_record,
+        pushed=inv.push,
+    )
+
+
+def resolve_sources(spec_sources: Any, spec_dir: Path, options: BuildOptions, runner: Runner,
+                    env: Mapping[str, str] | None = None) -> src.Sources:
+    """The build's package sources: flags > environment > spec > (with --sources-from-pip) pip's config."""
+    return src.resolve_sources(flags=options.flags, env=env, plan_sources=spec_sources, spec_dir=spec_dir,
+                               from_pip=options.from_pip, runner=runner)
+
+
+def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mapping[str, str] | None = None,
+              runner: Runner | None = None) -> BuildInvocation:
+    """spec file → plan → sources → invocation: what ``kiln build`` and ``--dry-run`` share."""
+    _spec, plan, spec_dir = load_plan(spec_path)
+    spec_dir = spec_dir.resolve()
+    sources = resolve_sources(plan.sources, spec_dir, options, runner or engine.runner, env)
+    return plan_build(plan, spec_dir, options, engine, sources, cwd=Path.cwd())
+
+
+def build_image(
+    spec_path: Path,
+    engine: Any,
+    options: BuildOptions | None = None,
+    *,
+    progress: Callable[[BuildEvent], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    runner: Runner | None = None,
+) -> BuildSummary:
+    """Build the image a spec describes and tag it: ``plan_spec`` then ``execute``."""
+    start = time.monotonic()
+    inv = plan_spec(spec_path, engine, options or BuildOptions(), env=env, runner=runner)
+    return execute(inv, engine, progress=progress, started=start)

@@ -1,0 +1,226 @@
+"""What one build will do, computed before anything runs: the frozen ``BuildInvocation``.
+
+``plan_build(plan, spec_dir, options, engine, sources)`` decides everything a build does: the files
+of the context, the engine's command line and environment, the secrets and where they will be, the
+network, the tags, whether to push, and the output (an image in the engine's store, or a ``.sif``
+file). ``kiln build --dry-run`` prints this object; ``torchkiln.build.execute.execute`` runs exactly
+it. It reads no more than facts: the engine's (``engine.info``, its command spelling), the merged
+package sources, and whether the paths kiln.toml names exist.
+
+Every path the build writes is fixed here, so the dry run shows the same command the build runs:
+the image-id file and the package-source secrets live in a private scratch folder of the build
+(``scratch``: made 0700 when the build starts, removed when it ends); a ``.sif`` is written into a
+folder beside its destination and moved into place only after the build succeeded.
+
+To add a build option (a platform, cache import/export, a push destination): a field on
+``BuildOptions`` (what the user asked), a field here (what the build will do), computed in
+``plan_build``, and its spelling in the engine's ``build_command``; ``execute`` needs a change only
+when the option adds a step after the build (as ``push`` does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from torchkiln.build import sources as src
+from torchkiln.build.context import ContextFiles, apptainer_context, dockerfile_context
+from torchkiln.cache import kiln_cache_dir
+from torchkiln.contract import image_ref, sif_name
+from torchkiln.engines.apptainer import APPTAINER, require_runtime
+from torchkiln.engines.engine import BuildCommand, EngineInfo
+from torchkiln.errors import InputError
+from torchkiln.plan import BuildPlan
+from torchkiln.render.apptainer import DEFFILE, ApptainerOptions
+
+TARGETS = ("runtime", "dev")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What the user asked for (``kiln build``'s options)."""
+
+    target: str = "runtime"
+    base: str | None = None  # replaces the plan's base image
+    tag: str | None = None  # replaces the image reference ("name:tag"); apptainer: the .sif to write
+    context_dir: Path | None = None  # where the build context is rendered
+    no_cache: bool = False
+    push: bool = False
+    from_pip: bool = False  # import the host's pip configuration as the lowest source layer
+    flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
+    #: apptainer only: where the definition's base comes from (``Bootstrap:`` / ``From:``); file
+    #: paths are relative to the current folder
+    apptainer: ApptainerOptions = field(default_factory=ApptainerOptions)
+
+
+class CommandSpeller(Protocol):
+    """What planning needs of an engine: its facts and how it spells a build (no side effects)."""
+
+    info: EngineInfo
+
+    def build_command(self, context: Path, dockerfile: Path, **options: Any) -> tuple[list[str], dict[str, str]]: ...
+
+
+@dataclass(frozen=True)
+class BuildInvocation:
+    """One build, decided: ``--dry-run`` prints it, ``execute`` runs exactly it."""
+
+    engine: EngineInfo
+    target: str
+    #: what the build makes: an image reference (docker/podman) or the path of a .sif (apptainer)
+    image: str
+    context: Path
+    files: ContextFiles
+    command: BuildCommand
+    #: build secrets by id, and where each file is while the build runs (never in the context)
+    secrets: dict[str, Path]
+    network: src.Network
+    #: references the built image gets after a successful build (none for a .sif: its path names it)
+    tags: tuple[str, ...]
+    push: bool
+    no_cache: bool
+    #: the build's private folder (image-id file, generated secrets): made at start, removed at the end
+    scratch: Path
+    #: the image the build starts from, and the Python the plan expects in it
+    base_image: str
+    python: str
+    python_source: str
+    sources: src.Sources
+    #: apptainer: where its base comes from (file bootstraps are checked before the build)
+    apptainer: ApptainerOptions | None = None
+
+    @property
+    def output_file(self) -> Path | None:
+        """The ``.sif`` the build writes (moved to ``image`` after success); None for store images."""
+        return self.command.writes if self.apptainer is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``kiln build --dry-run --json`` prints (URLs masked; secrets by path, never by content)."""
+        return {
+            "image": self.image,
+            "target": self.target,
+            "engine": self.engine.to_dict(),
+            "context": str(self.context),
+            "files": self.files.to_dict(),
+            "command": list(self.command.argv),
+            "env": dict(self.command.env),
+            "cwd": None if self.command.cwd is None else str(self.command.cwd),
+            "writes": str(self.command.writes),
+            "secrets": {k: str(v) for k, v in sorted(self.secrets.items())},
+            "network": self.network,
+            "tags": list(self.tags),
+            "push": self.push,
+            "no_cache": self.no_cache,
+            "scratch": str(self.scratch),
+            "base_image": self.base_image,
+            "sources": self.sources.to_dict(),
+        }
+
+
+def default_context_dir(plan: BuildPlan, spec_dir: Path) -> Path:
+    """A stable folder per (spec folder, image name), so BuildKit's context transfer stays incremental."""
+    digest = hashlib.sha256(str(spec_dir).encode()).hexdigest()[:10]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", plan.image_name).strip("-")
+    return kiln_cache_dir() / "contexts" / f"{name}-{digest}"
+
+
+def scratch_dir(context: Path) -> Path:
+    """The private folder of the build of ``context`` (one build of a context runs at a time)."""
+    digest = hashlib.sha256(str(context).encode()).hexdigest()[:10]
+    return kiln_cache_dir() / "scratch" / f"{context.name}-{digest}"
+
+
+def sif_path(plan: BuildPlan, spec_dir: Path, tag: str | None = None) -> Path:
+    """Where an apptainer build writes its image: ``tag`` (a ``.sif`` path), else ``NAME_TAG.sif`` by the spec."""
+    if not tag:
+        return spec_dir / sif_name(plan)
+    if not tag.endswith(".sif"):
+        raise InputError(
+            f"with apptainer the image is a file, and --tag names it: {tag!r} does not end in .sif.",
+            hint=f"Give a path such as --tag {sif_name(plan)}, or leave --tag out ({spec_dir / sif_name(plan)}).",
+        )
+    return Path(tag).expanduser().resolve()
+
+
+def image_for(engine_name: str, plan: BuildPlan, spec_dir: Path, target: str = "runtime",
+              tag: str | None = None) -> str:
+    """The image a build of ``target`` makes: a reference in docker/podman, a ``.sif`` path with apptainer."""
+    if engine_name == APPTAINER:
+        require_runtime(target)
+        return str(sif_path(plan, spec_dir, tag))
+    return image_ref(plan, target, tag)
+
+
+def absolute_sources(options: ApptainerOptions, cwd: Path) -> ApptainerOptions:
+    """File bootstraps with absolute paths: `kiln build` renders into its cache, not where the user is."""
+    if not options.takes_files:
+        return options
+
+    def absolute(value: str | None) -> str | None:
+        return None if value is None else str((cwd / Path(value).expanduser()).resolve())
+
+    return dataclasses.replace(options, source=absolute(options.source),
+                               builder_source=absolute(options.builder_source))
+
+
+def partial_path(dest: Path) -> Path:
+    """Where a build writes the ``.sif`` that becomes ``dest``: a private folder beside it (same disk)."""
+    return dest.parent / f".{dest.name}.partial" / dest.name
+
+
+def plan_build(
+    plan: BuildPlan,
+    spec_dir: Path,
+    options: BuildOptions,
+    engine: CommandSpeller,
+    sources: src.Sources,
+    *,
+    cwd: Path,
+) -> BuildInvocation:
+    """Decide the whole build (see the module docstring); ``cwd`` resolves relative ``--from`` paths."""
+    if options.target not in TARGETS:
+        raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
+    if options.base:
+        plan = dataclasses.replace(plan, base_image=options.base)
+    spec_dir = spec_dir.resolve()
+    info = engine.info
+    context = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
+    scratch = scratch_dir(context)
+    secrets = src.secret_paths(sources, scratch / "secrets")
+    network = src.build_network(sources)
+    if info.name == APPTAINER:
+        require_runtime(options.target)
+        if options.push:
+            raise InputError(
+                "apptainer has no image store to push a tag from: the image is a .sif file.",
+                hint="Drop --push and push the file after the build: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG",
+            )
+        dest = sif_path(plan, spec_dir, options.tag)
+        app = absolute_sources(options.apptainer, cwd)
+        files = apptainer_context(plan, spec_dir, app)
+        writes = partial_path(dest)
+        # apptainer shares the host's network, so local index servers on 127.0.0.1 need no option
+        argv, env = engine.build_command(context, context / DEFFILE, no_cache=options.no_cache, output=writes)
+        base = app.from_value(plan)
+        return BuildInvocation(
+            engine=info, target="runtime", image=str(dest), context=context, files=files,
+            command=BuildCommand(tuple(argv), env, context, writes), secrets=secrets, network=network, tags=(),
+            push=False, no_cache=options.no_cache, scratch=scratch,
+            base_image=base if app.bootstrap == "docker" else f"{app.bootstrap}:{base}",
+            python=plan.python, python_source=plan.python_source, sources=sources, apptainer=app,
+        )
+    ref = image_ref(plan, options.target, options.tag)
+    files = dockerfile_context(plan, spec_dir)
+    iid = scratch / "iid"
+    argv, env = engine.build_command(context, context / "Dockerfile", target=options.target, secrets=secrets,
+                                     network=network, no_cache=options.no_cache, iidfile=iid)
+    return BuildInvocation(
+        engine=info, target=options.target, image=ref, context=context, files=files,
+        command=BuildCommand(tuple(argv), env, None, iid), secrets=secrets, network=network, tags=(ref,),
+        push=options.push, no_cache=options.no_cache, scratch=scratch, base_image=plan.base_image,
+        python=plan.python, python_source=plan.python_source, sources=sources,
+    )
