@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     NO_GPU = 8  # a GPU check was asked for where no CUDA device is visible
     SOURCE = 9  # a package index, wheel folder or CA bundle is unreachable or unusable
     FILES = 10  # the operating system refused to read or write a file or folder (OSError)
+    TOOL_MISSING = 11  # a program a command needs besides the engine (mksquashfs) is not installed
     INTERRUPTED = 130
 
 
@@ -134,3 +135,10 @@ class SourceError(KilnError):
 
     exit_code = ExitCode.SOURCE
     default_hint = "Check the index URL, wheel folder or CA bundle named above (see docs/build.md)."
+
+
+class ToolMissingError(KilnError):
+    """A program the command needs, other than the container engine, is not installed."""
+
+    exit_code = ExitCode.TOOL_MISSING
+    default_hint = "Install the program named above and make sure it is on PATH."

@@ -22,7 +22,7 @@ from test_apptainer_post import bookworm_rootfs, chroot, post_rootfs  # noqa: F4
 
 from torchkiln.errors import KilnError
 from torchkiln.runner import Runner
-from torchkiln.sif import ImageConfig, read_sif, write_image_sif
+from torchkiln.images.sif import ImageConfig, read_sif, write_image_sif
 
 IMAGE = "kiln-test/sif-cpu:latest"
 ENV = ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "VIRTUAL_ENV=/opt/venv",

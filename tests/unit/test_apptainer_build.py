@@ -24,7 +24,7 @@ from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.errors import InputError
 from torchkiln.contract import sif_name
 from torchkiln.runner import Runner
-from torchkiln.sif import DataType, SifObject, read_sif, write_sif
+from torchkiln.images.sif import DataType, SifObject, read_sif, write_sif
 
 ROOT = Path(__file__).resolve().parents[2]
 SIF_NAME = "example-cpu_latest.sif"  # sif_name() of examples/cpu.toml

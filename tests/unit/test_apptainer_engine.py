@@ -19,7 +19,7 @@ from torchkiln.engines.engine import EngineInfo, Mount
 from torchkiln.errors import EngineMissingError, ExitCode, InputError
 from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.runner import Runner
-from torchkiln.sif import INSPECT_METADATA, DataType, SifObject, write_sif
+from torchkiln.images.sif import INSPECT_METADATA, DataType, SifObject, write_sif
 
 
 def _engine() -> ApptainerEngine:

@@ -17,17 +17,12 @@ from pathlib import Path
 import pytest
 
 from torchkiln.errors import InputError
-from torchkiln.export import (
-    Flattener,
-    apptainer_build_command,
-    export_archive_to_sif,
-    flatten,
-    read_docker_archive,
-    sif_name_for,
-    write_oci_archive,
-)
+from torchkiln.images.archive import open_image
+from torchkiln.images.export import apptainer_build_command, export_archive_to_sif, sif_name_for
+from torchkiln.images.flatten import Flattener, flatten
+from torchkiln.images.oci import write_oci_archive
 from torchkiln.runner import Runner
-from torchkiln.sif import INSPECT_METADATA
+from torchkiln.images.sif import INSPECT_METADATA
 
 
 def _layer(entries: list[tuple[str, str, str | bytes]]) -> bytes:
@@ -70,7 +65,7 @@ TOP = _layer([
     ("file", "lib/via-link.so", "v"),  # written through the lower layer's lib -> usr/lib symlink
     ("dir", "data", ""), ("file", "data/x", "x"),  # a directory replaces a file
     ("sym", "escape", "/"), ("file", "escape/etc/escaped", "stays inside"),  # absolute link re-rooted
-    ("file", "../outside", "never written"),  # path traversal is dropped
+    ("file", "../outside", "stays inside"),  # ".." stops at the root
 ])
 
 
@@ -95,16 +90,17 @@ def _archive(tmp_path: Path, layers: list[bytes], config: dict[str, object] | No
 
 
 def test_flatten_applies_whiteouts_links_and_keeps_everything_inside_the_root(tmp_path: Path) -> None:
-    arch = read_docker_archive(_archive(tmp_path, [BASE, TOP]), "acme/x:1")
     root = tmp_path / "root"
     root.mkdir()
-    stats = flatten(arch, root)
+    with open_image(_archive(tmp_path, [BASE, TOP]), tag="acme/x:1") as arch:
+        stats = flatten((arch.layer_stream(ref) for ref in arch.meta.layers), root)
     assert stats.layers == 2 and stats.whiteouts == 2
     assert not (root / "usr/lib/gone.so").exists() and (root / "usr/lib/keep.so").read_text() == "k"
     assert sorted(p.name for p in (root / "opt/app").iterdir()) == ["new.py"]
     assert (root / "usr/lib/via-link.so").read_text() == "v" and (root / "lib").is_symlink()
     assert (root / "data").is_dir() and (root / "data/x").read_text() == "x"
     assert (root / "etc/escaped").read_text() == "stays inside"
+    assert (root / "outside").read_text() == "stays inside"
     assert not (tmp_path / "outside").exists() and not Path("/etc/escaped").exists()
     assert os.stat(root / "usr/lib/keep-link.so").st_ino == os.stat(root / "usr/lib/keep.so").st_ino
     assert os.stat(root / "bin/hello").st_mode & 0o777 == 0o755
@@ -125,7 +121,7 @@ def test_symlink_loops_and_dangling_hard_links_are_input_errors(tmp_path: Path) 
 
 
 def test_oci_archive_is_a_valid_layout_with_checked_digests(tmp_path: Path) -> None:
-    arch = read_docker_archive(_archive(tmp_path, [BASE, TOP]))
+    arch = open_image(_archive(tmp_path, [BASE, TOP]))
     out = tmp_path / "x.oci.tar"
     assert write_oci_archive(arch, out, "1") == 2
     with tarfile.open(out) as tf:
@@ -140,18 +136,20 @@ def test_oci_archive_is_a_valid_layout_with_checked_digests(tmp_path: Path) -> N
     (desc,) = index["manifests"]
     assert desc["annotations"]["org.opencontainers.image.ref.name"] == "1"
     manifest = json.loads(blobs[desc["digest"][7:]])
-    assert manifest["config"]["digest"][7:] in blobs and manifest["config"]["size"] == len(arch.config_bytes)
+    assert manifest["config"]["digest"][7:] in blobs and manifest["config"]["size"] == len(arch.meta.config_raw)
     assert [x["mediaType"] for x in manifest["layers"]] == ["application/vnd.oci.image.layer.v1.tar"] * 2
-    assert [x["digest"] for x in manifest["layers"]] == arch.config["rootfs"]["diff_ids"]
+    assert [x["digest"] for x in manifest["layers"]] == arch.meta.config["rootfs"]["diff_ids"]
     again = tmp_path / "again.tar"
     write_oci_archive(arch, again, "1")
     assert again.read_bytes() == out.read_bytes()  # deterministic
+    arch.close()
 
 
 def test_oci_archive_refuses_a_layer_whose_digest_does_not_match(tmp_path: Path) -> None:
     path = _archive(tmp_path, [BASE], {"rootfs": {"type": "layers", "diff_ids": ["sha256:" + "0" * 64]}})
     with pytest.raises(InputError, match="digest"):
-        write_oci_archive(read_docker_archive(path), tmp_path / "x.tar", "1")
+        with open_image(path) as arch:
+            write_oci_archive(arch, tmp_path / "x.tar", "1")
     assert not (tmp_path / "x.tar").exists()
 
 
@@ -160,7 +158,7 @@ def test_not_a_docker_archive(tmp_path: Path) -> None:
     with tarfile.open(p, "w") as tf:
         tf.addfile(tarfile.TarInfo("hello"), io.BytesIO(b""))
     with pytest.raises(InputError, match="manifest.json"):
-        read_docker_archive(p)
+        open_image(p)
 
 
 def test_apptainer_commands_and_names() -> None:
@@ -175,8 +173,8 @@ def test_apptainer_commands_and_names() -> None:
 
 @pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="mksquashfs not installed (squashfs-tools)")
 def test_sif_from_an_archive_runs_its_runscript_in_the_workdir(tmp_path: Path) -> None:
-    arch = read_docker_archive(_archive(tmp_path, [BASE, TOP]))
-    sif, stats = export_archive_to_sif(arch, tmp_path / "x.sif", "acme/x:1", Runner(), processors=1)
+    with open_image(_archive(tmp_path, [BASE, TOP])) as arch:
+        sif, stats = export_archive_to_sif(arch, tmp_path / "x.sif", "acme/x:1", Runner(), processors=1)
     assert stats.layers == 2
     assert sif.deffile == "Bootstrap: docker-daemon\nFrom: acme/x:1\n"
     runscript = sif.json_object(INSPECT_METADATA)["data"]["attributes"]["runscript"]

@@ -14,7 +14,7 @@ import pytest
 
 from torchkiln.errors import ExitCode, InputError
 from torchkiln.runner import Runner
-from torchkiln.sif import (
+from torchkiln.images.sif import (
     DATA_OFFSET,
     DESCRIPTOR_SIZE,
     DESCRIPTORS_OFFSET,

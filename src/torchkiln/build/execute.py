@@ -29,7 +29,7 @@ from torchkiln.errors import BuildError, InputError, ResolveError
 from torchkiln.load import load_plan
 from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
-from torchkiln.sif import is_sif
+from torchkiln.images.sif import is_sif
 
 
 class BuildEngine(Protocol):

@@ -12,7 +12,7 @@ from rich.markup import escape
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
 from torchkiln.engines import get_engine
-from torchkiln.export import ExportFormat, export_image
+from torchkiln.images.export import ExportFormat, export_image
 from torchkiln.runner import Runner
 
 

@@ -3,7 +3,7 @@
 Apptainer has no image store: an image is a ``.sif`` file, named by its path. So ``build`` takes
 the definition (``kiln.def``) in place of a Dockerfile and writes ``output`` (a ``.sif``);
 ``run`` is ``apptainer exec`` (``--nv`` for GPUs, ``--bind`` for mounts); ``image_exists`` and
-``inspect_image`` read the SIF file itself (``torchkiln.sif``). What has no meaning without a store
+``inspect_image`` read the SIF file itself (``torchkiln.images.sif``). What has no meaning without a store
 (``save``, ``tag``, ``push``, ``import_tar``) raises an ``InputError`` that says what to do instead.
 
 Builds run ``apptainer build`` in the definition's folder (its ``%files`` paths are relative to
@@ -38,7 +38,7 @@ from torchkiln.engines.engine import (
 from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.errors import BuildError, EngineMissingError, InputError
 from torchkiln.runner import Completed, Runner
-from torchkiln.sif import INSPECT_METADATA, is_sif, read_sif
+from torchkiln.images.sif import INSPECT_METADATA, is_sif, read_sif
 
 #: the name engines are selected by (``kiln build --engine apptainer``)
 APPTAINER: EngineName = "apptainer"

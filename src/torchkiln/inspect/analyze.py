@@ -15,13 +15,14 @@ import re
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from torchkiln.errors import InputError
-from torchkiln.inspect._io import IOStats, RangeFile
+from torchkiln.images._io import IOStats
+from torchkiln.images.archive import ImageArchive, ImageMeta, Member, is_tar
 from torchkiln.inspect.coverage import Target, binary_coverage, needs_embedded, summarize_packages
 from torchkiln.inspect.fatbin import (
     ELF_MAGIC,
@@ -33,7 +34,6 @@ from torchkiln.inspect.fatbin import (
     read_embedded,
     read_fatbins,
 )
-from torchkiln.inspect.image import ImageArchive, is_tar
 from torchkiln.inspect.kernels import has_kernels
 from torchkiln.inspect.report import (
     ELF_TYPES,
@@ -298,56 +298,72 @@ def _wheel_name(filename: str) -> tuple[str | None, str | None]:
 
 
 # -- image -------------------------------------------------------------------------------------------
-def inspect_image_archive(
-    path: Path,
-    targets: Sequence[Target],
-    *,
-    tag: str | None = None,
-    source: str | None = None,
-    all_sections: bool = False,
-    progress: Callable[[str], None] | None = None,
-) -> InspectReport:
-    """A docker-archive or OCI layout: layers, waste, and every CUDA binary of the final filesystem."""
-    t0 = time.perf_counter()
-    io_stats = IOStats()
-    with ImageArchive(path, tag=tag, stats=io_stats) as img:
-        meta = img.meta
-        layers: list[LayerFiles] = []
-        metadata: dict[str, tuple[int, bytes]] = {}
-        found: dict[tuple[int, str], tuple[int, _Read]] = {}
-        files = elf_files = 0
-        for ref in meta.layers:
-            if progress:
-                progress(f"layer {ref.index + 1}/{len(meta.layers)}: {ref.created_by or ref.digest}")
-            lf = LayerFiles(ref.index)
-            for m in img.iter_layer(ref):
-                if m.whiteout is not None:
-                    lf.whiteouts.append((m.path, m.whiteout))
-                    continue
-                lf.records.append(FileRecord(m.path, ref.index, m.type, m.size, m.linkname))
-                if m.type != "file":
-                    continue
-                files += 1
-                if _is_metadata(m.path):
-                    if m.size <= 64 << 20:
-                        metadata[m.path] = (ref.index, m.read_all())
-                    continue
-                if m.size < MIN_ELF or m.read_head(4) != ELF_MAGIC:
-                    continue
-                elf_files += 1
-                f = m.open_random()
-                try:
-                    read = _try_read_elf(f, targets, all_sections=all_sections)
-                finally:
-                    if not isinstance(f, RangeFile):
-                        f.close()  # type: ignore[attr-defined]
-                if read.error is not None or (read.listing is not None and read.listing.entries):
-                    found[(ref.index, m.path)] = (m.size, read)
-            layers.append(lf)
+@dataclass
+class LayerScan:
+    """What inspection keeps of one layer, whatever reader produced its members.
 
+    Records carry layer index 0 until :func:`image_report` places the scan in the image's order
+    (a streamed ``save`` delivers layers before the manifest that orders them).
+    """
+
+    records: list[FileRecord] = field(default_factory=list)
+    whiteouts: list[tuple[str, Literal["file", "opaque"]]] = field(default_factory=list)
+    #: package metadata files (dist-info RECORDs, dpkg lists, conda-meta) -> content
+    metadata: dict[str, bytes] = field(default_factory=dict)
+    #: ELF files with device code (or unreadable ones) -> (size, what was read)
+    found: dict[str, tuple[int, _Read]] = field(default_factory=dict)
+    files: int = 0
+    elf_files: int = 0
+
+
+def scan_layer(members: Iterable[Member], targets: Sequence[Target], *, all_sections: bool = False) -> LayerScan:
+    """Read one layer's members once: their records, package metadata and CUDA binaries."""
+    scan = LayerScan()
+    for m in members:
+        if m.whiteout is not None:
+            scan.whiteouts.append((m.path, m.whiteout))
+            continue
+        scan.records.append(FileRecord(m.path, 0, m.type, m.size, m.linkname))
+        if m.type != "file":
+            continue
+        scan.files += 1
+        if _is_metadata(m.path):
+            if m.size <= 64 << 20:
+                scan.metadata[m.path] = m.read_all()
+            continue
+        if m.size < MIN_ELF or m.read_head(4) != ELF_MAGIC:
+            continue
+        scan.elf_files += 1
+        with m.open_random() as f:
+            read = _try_read_elf(f, targets, all_sections=all_sections)
+        if read.error is not None or (read.listing is not None and read.listing.entries):
+            scan.found[m.path] = (m.size, read)
+    return scan
+
+
+def _placed(scan: LayerScan, index: int) -> LayerFiles:
+    records = scan.records if index == 0 else [FileRecord(r.path, index, r.type, r.size, r.linkname) for r in scan.records]
+    return LayerFiles(index, records, list(scan.whiteouts))
+
+
+def image_report(
+    meta: ImageMeta,
+    scans: Sequence[LayerScan],
+    targets: Sequence[Target],
+    source: str,
+    stats: ScanStats,
+) -> InspectReport:
+    """The report of an image from its metadata and one scan per layer (in ``meta.layers`` order)."""
+    layers = [_placed(scan, ref.index) for ref, scan in zip(meta.layers, scans, strict=True)]
     waste = find_waste(layers)
     final = waste.final
-    live_meta = {p: data for p, (layer, data) in metadata.items() if p in final and final[p].layer == layer}
+    live_meta = {
+        p: data
+        for ref, scan in zip(meta.layers, scans, strict=True)
+        for p, data in scan.metadata.items()
+        if p in final and final[p].layer == ref.index
+    }
+    found = {(ref.index, p): v for ref, scan in zip(meta.layers, scans, strict=True) for p, v in scan.found.items()}
     owners = owners_from_metadata(live_meta, wanted={p for _layer, p in found})
     binaries = []
     for (layer, p), (size, read) in found.items():
@@ -376,8 +392,33 @@ def inspect_image_archive(
         notes.append(
             f"The image has a compiler (/{waste.compiler}), so headers and static libraries are not counted as waste."
         )
-    stats = ScanStats(files, elf_files, io_stats.bytes_read, time.perf_counter() - t0, io_stats.read_seconds)
-    return _finish("image", source or str(path), targets, binaries, stats, image=info, waste=waste, notes=notes)
+    return _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes)
+
+
+def inspect_image_archive(
+    path: Path,
+    targets: Sequence[Target],
+    *,
+    tag: str | None = None,
+    source: str | None = None,
+    all_sections: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> InspectReport:
+    """A docker-archive or OCI layout: layers, waste, and every CUDA binary of the final filesystem."""
+    t0 = time.perf_counter()
+    io_stats = IOStats()
+    scans: list[LayerScan] = []
+    with ImageArchive(path, tag=tag, stats=io_stats) as img:
+        meta = img.meta
+        for ref in meta.layers:
+            if progress:
+                progress(f"layer {ref.index + 1}/{len(meta.layers)}: {ref.created_by or ref.digest}")
+            scans.append(scan_layer(img.iter_layer(ref), targets, all_sections=all_sections))
+    stats = ScanStats(
+        sum(s.files for s in scans), sum(s.elf_files for s in scans), io_stats.bytes_read,
+        time.perf_counter() - t0, io_stats.read_seconds,
+    )
+    return image_report(meta, scans, targets, source or str(path), stats)
 
 
 def inspect_image_name(

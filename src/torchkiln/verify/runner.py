@@ -218,7 +218,7 @@ def verify_image(image: str, engine: Engine, options: VerifyOptions) -> VerifyRe
 
 def is_sif_path(image: str) -> bool:
     """Whether ``image`` names a SIF file (apptainer) rather than an engine's image reference."""
-    from torchkiln.sif import is_sif
+    from torchkiln.images.sif import is_sif
 
     p = Path(image)
     return p.is_file() and is_sif(p)

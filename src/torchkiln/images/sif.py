@@ -92,7 +92,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from torchkiln import __version__
-from torchkiln.errors import InputError
+from torchkiln.errors import InputError, ToolMissingError
 from torchkiln.runner import Runner
 
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
@@ -109,6 +109,9 @@ DEFAULT_GROUP = 1
 SQUASHFS_MAGIC = b"hsqs"
 
 INSPECT_METADATA = "inspect-metadata.json"
+MKSQUASHFS_HINT = (
+    "Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; RHEL: dnf install squashfs-tools)."
+)
 OCI_CONFIG = "oci-config.json"
 
 _HEADER = struct.Struct("<32s10s3s3s16sqqqqqqqq")
@@ -734,10 +737,11 @@ def mksquashfs(
         cmd += ["-processors", str(processors)]
     if compression:
         cmd += ["-comp", compression]
+    if shutil.which("mksquashfs") is None:
+        raise ToolMissingError("`mksquashfs` is not installed (not found on PATH); it makes the SIF's file system.",
+                               hint=MKSQUASHFS_HINT)
     runner.run(
-        cmd, what="mksquashfs",
-        install_hint="Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; RHEL: dnf install "
-                     "squashfs-tools).",
+        cmd, what="mksquashfs", install_hint=MKSQUASHFS_HINT,
         error=lambda m, h, d: InputError(m, h or "Check the free space next to the output file.", details=d),
     )
     with dest.open("rb") as f:

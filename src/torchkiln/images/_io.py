@@ -33,15 +33,24 @@ class IOStats:
 class RangeFile(io.RawIOBase):
     """A read-only seekable view of ``size`` bytes starting at ``offset`` of an open file."""
 
-    def __init__(self, fd: int, offset: int, size: int, stats: IOStats | None = None) -> None:
+    def __init__(
+        self, fd: int, offset: int, size: int, stats: IOStats | None = None, *, owns_fd: bool = False
+    ) -> None:
         super().__init__()
         self._fd = fd
+        #: close ``fd`` with the view (a file opened for this view alone)
+        self._owns_fd = owns_fd
         self._base = offset
         self._size = size
         self._pos = 0
         self._stats = stats
 
     # -- file object protocol ----------------------------------------------------------------
+    def close(self) -> None:
+        if self._owns_fd and not self.closed:
+            os.close(self._fd)
+        super().close()
+
     def readable(self) -> bool:
         return True
 

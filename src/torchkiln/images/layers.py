@@ -1,0 +1,156 @@
+"""One entry of an image layer, and the layer-diff rules (whiteouts, path normalisation), once.
+
+Every reader of layers (a layer tar at random access, a streamed layer tar, a layer folder of the
+engine's own storage) yields :class:`Member` objects, and every consumer (inspection, flattening
+for ``kiln export --format sif``) applies the same rules:
+
+* paths are relative to the image root, normalised; ``..`` never climbs above the root
+  (:func:`norm_path`), so no path from an archive can name anything outside the image;
+* ``.wh.NAME`` deletes ``NAME`` (and everything under it) from the layers below; ``.wh..wh..opq``
+  in a folder hides everything the layers below put in it (the OCI image spec's layer changesets;
+  overlayfs marks the same with a 0:0 character device and an ``opaque`` extended attribute, which
+  :mod:`torchkiln.images.storage` turns into these names' meaning).
+
+Content is read lazily: ``read_head`` / ``read_all`` / ``open_random``. A member's content readers
+are valid only until the reader moves to the next member.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from typing import IO, Literal
+
+from torchkiln.errors import InputError
+from torchkiln.images._io import IOStats, RangeFile
+
+MemberType = Literal["file", "dir", "symlink", "hardlink", "other"]
+Whiteout = Literal["file", "opaque"]
+
+WHITEOUT_PREFIX = ".wh."
+OPAQUE_WHITEOUT = ".wh..wh..opq"
+#: members bigger than this spill from memory to a temporary file when a layer is streamed
+SPOOL_MEMORY = 256 << 20
+
+
+def norm_path(name: str) -> str:
+    """``name`` relative to the image root: no leading ``/``, no ``.``, and ``..`` stops at the root."""
+    p = posixpath.normpath("/" + name).lstrip("/")
+    return "" if p == "." else p
+
+
+def whiteout_of(path: str) -> tuple[Whiteout | None, str]:
+    """(whiteout kind, the path it applies to) for a normalised entry path; (None, path) for others.
+
+    ``a/.wh.b`` → ("file", "a/b"); ``a/.wh..wh..opq`` → ("opaque", "a").
+    """
+    parent, base = posixpath.split(path)
+    if base == OPAQUE_WHITEOUT:
+        return "opaque", parent
+    if base.startswith(WHITEOUT_PREFIX) and len(base) > len(WHITEOUT_PREFIX):
+        return "file", posixpath.join(parent, base[len(WHITEOUT_PREFIX) :])
+    return None, path
+
+
+@dataclass
+class Member:
+    """One entry of a layer. Content readers are valid only until the next member is read."""
+
+    path: str
+    type: MemberType
+    size: int
+    mode: int
+    linkname: str = ""
+    #: for whiteout entries: "file" (deletes ``path``) or "opaque" (hides the lower contents of ``path``)
+    whiteout: Whiteout | None = None
+    _view: RangeFile | None = field(default=None, repr=False)
+    _stream: IO[bytes] | None = field(default=None, repr=False)
+    #: a regular file in the engine's storage, opened on demand
+    _file: str | None = field(default=None, repr=False)
+    _head: bytes = field(default=b"", repr=False)
+    _stats: IOStats | None = field(default=None, repr=False)
+
+    def read_head(self, n: int) -> bytes:
+        """The first ``n`` bytes of a regular file (fewer if it is shorter)."""
+        if self._view is not None:
+            return self._view.pread(0, n)
+        if self._file is not None:
+            if len(self._head) < n:
+                with self._open_file() as f:
+                    self._head = f.pread(0, n)
+            return self._head[:n]
+        if self._stream is None:
+            return b""
+        if len(self._head) < n:
+            self._head += self._stream.read(n - len(self._head))
+        return self._head[:n]
+
+    def read_all(self, limit: int = 64 << 20) -> bytes:
+        """The whole content of a (small) regular file."""
+        if self.size > limit:
+            raise InputError(f"{self.path} is {self.size} bytes, more than the {limit} expected.")
+        if self._view is not None:
+            return self._view.pread(0, self.size)
+        if self._file is not None:
+            with self._open_file() as f:
+                return f.pread(0, self.size)
+        if self._stream is None:
+            return b""
+        rest = self._stream.read()
+        data = self._head + rest
+        self._head = data
+        return data
+
+    def open_random(self) -> IO[bytes]:
+        """A seekable file object over the content (the caller closes it): a view, the file itself,
+        or, for a streamed layer, a spooled copy (memory first)."""
+        if self._view is not None:
+            return self._view.sub(0, self._view.size)  # type: ignore[return-value]
+        if self._file is not None:
+            return self._open_file()  # type: ignore[return-value]
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)  # noqa: SIM115 - caller closes
+        spool.write(self._head)
+        if self._stream is not None:
+            while True:
+                chunk = self._stream.read(8 << 20)
+                if not chunk:
+                    break
+                spool.write(chunk)
+        spool.seek(0)
+        return spool  # type: ignore[return-value]
+
+    def _open_file(self) -> RangeFile:
+        assert self._file is not None
+        try:
+            fd = os.open(self._file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as e:
+            raise InputError(f"cannot read /{self.path} in the engine's storage ({e.strerror}).") from None
+        return RangeFile(fd, 0, os.fstat(fd).st_size, self._stats, owns_fd=True)
+
+
+def member_of(ti: tarfile.TarInfo) -> Member:
+    """A :class:`Member` (content not attached) for one tar header, whiteouts recognised."""
+    path = norm_path(ti.name)
+    mtype: MemberType
+    if ti.isreg():
+        mtype = "file"
+    elif ti.isdir():
+        mtype = "dir"
+    elif ti.issym():
+        mtype = "symlink"
+    elif ti.islnk():
+        mtype = "hardlink"
+    else:
+        mtype = "other"
+    m = Member(path=path, type=mtype, size=ti.size if mtype == "file" else 0, mode=ti.mode)
+    if mtype == "hardlink":
+        m.linkname = norm_path(ti.linkname)
+    elif mtype == "symlink":
+        m.linkname = ti.linkname
+    kind, target = whiteout_of(path)
+    if kind is not None:
+        m.whiteout, m.path = kind, target
+    return m
