@@ -44,6 +44,8 @@ def image_labels(plan: BuildPlan) -> dict[str, str]:
         f"{LABEL_PREFIX}.variant": t.variant,
         f"{LABEL_PREFIX}.python": plan.python,
     }
+    if plan.platform != "linux/amd64":  # amd64 images carry no such label (their image config says it)
+        labels[f"{LABEL_PREFIX}.platform"] = plan.platform
     if t.cuda:
         labels.update({
             f"{LABEL_PREFIX}.cuda": t.cuda,

@@ -142,6 +142,8 @@ class BuildPlan:
     bytecode: Literal["imports", "all"] = "imports"
     #: modules imported at build time for their bytecode: torch, its companions, [python] precompile
     precompile: tuple[str, ...] = ("torch",)
+    #: the OCI platform of the image: "linux/amd64" or "linux/arm64" (Grace superchips, Arm servers)
+    platform: str = "linux/amd64"
 
     @property
     def image_ref(self) -> str:
@@ -160,6 +162,7 @@ class BuildPlan:
         d = asdict(self)
         return {
             "image": self.image_ref,
+            "platform": self.platform,
             "torch": self.torch.version,
             "torch_requirement": self.torch.requirement,
             "variant": self.torch.variant,

@@ -1,7 +1,8 @@
 """resolve: ``Spec × Knowledge → BuildPlan`` or a ``ResolveError``. Pure: no I/O, no clock.
 
-The checks run before anything is built, in this order: GPU names, torch version × Python,
-CUDA variant × GPU coverage (the "no kernel image is available" failure), variant × driver floor,
+The checks run before anything is built, in this order: GPU names, the image platform (the
+targets' host CPUs: Grace superchips are Arm), torch version × platform × Python, CUDA variant ×
+GPU coverage on that platform (the "no kernel image is available" failure), variant × driver floor,
 extensions × targets × torch. When nothing works the error says what is wrong, why, and what
 would work instead (found by searching the knowledge base for the nearest combination that passes).
 """
@@ -23,7 +24,7 @@ from packaging.version import Version
 
 from torchkiln.arch import Capability, coverage, format_arch_list, parse_arch_list
 from torchkiln.errors import KilnError, ResolveError
-from torchkiln.knowledge import Extension, Knowledge, TorchRelease, cuda_key
+from torchkiln.knowledge import OCI_PLATFORM, PLATFORMS, Extension, Knowledge, ReleasePlatform, TorchRelease, cuda_key
 from torchkiln.plan import (
     AppPlan,
     BuildPlan,
@@ -43,6 +44,7 @@ class _Target:
     name: str
     capability: Capability
     family: str
+    hosts: tuple[str, ...] = ("x86_64", "aarch64")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,11 @@ class _Candidate:
     version: str
     release: TorchRelease
     cuda: str  # "12.4" or "cpu"
+    host: str = "x86_64"  # the image's CPU architecture
+
+    @property
+    def on(self) -> ReleasePlatform | None:
+        return self.release.on(self.host)
 
 
 def _driver_key(v: str) -> tuple[int, ...]:
@@ -64,14 +71,17 @@ def _targets(spec: Spec, kb: Knowledge) -> tuple[_Target, ...]:
     out: list[_Target] = []
     for name in spec.gpu.targets:
         label, cap, gpu = kb.lookup_gpu_entry(name)
-        if gpu is not None and gpu.platform == "aarch64":
+        if gpu is not None and gpu.tegra:
             raise ResolveError(
-                f"target {name!r} (compute capability {cap}) is an ARM (Jetson/Tegra) device; torchkiln builds "
-                "x86_64 images, whose wheels never run there.",
-                hint="Remove it from [gpu] targets and build on NVIDIA's L4T/JetPack images for Jetson.",
+                f"target {name!r} (compute capability {cap}) is a Jetson (Tegra) module: its integrated GPU runs "
+                "NVIDIA's L4T/JetPack software stack, and neither the x86_64 nor the Arm server (SBSA) torch "
+                "wheels support it.",
+                hint="Remove it from [gpu] targets; for Jetson, build on NVIDIA's L4T/JetPack images "
+                "(nvcr.io/nvidia/l4t-jetpack, or the PyTorch images of dusty-nv/jetson-containers), which carry "
+                "a torch built for Tegra. Jetson Thor (JetPack 7, SBSA) is supported: name it 'Jetson Thor'.",
             )
         family = gpu.family if gpu is not None else ""
-        out.append(_Target(label, cap, family))
+        out.append(_Target(label, cap, family, gpu.hosts if gpu is not None else ("x86_64", "aarch64")))
     # stable order, no duplicates by name
     seen: set[str] = set()
     uniq = []
@@ -80,6 +90,45 @@ def _targets(spec: Spec, kb: Knowledge) -> tuple[_Target, ...]:
             seen.add(t.name)
             uniq.append(t)
     return tuple(uniq)
+
+
+def _host(spec: Spec, targets: tuple[_Target, ...]) -> tuple[str, str]:
+    """The image's CPU architecture ("x86_64" / "aarch64") and why.
+
+    Named in [image] platform: every target must be found with that host. Otherwise inferred: each
+    target's usual host (the first of its ``hosts``); targets that disagree are an error, because one
+    image runs on one CPU architecture (build one image per platform instead).
+    """
+    if spec.image.platform is not None:
+        host = PLATFORMS[spec.image.platform]
+        wrong = [t for t in targets if host not in t.hosts]
+        if wrong:
+            names = ", ".join(f"{t.name} ({'/'.join(t.hosts)} hosts)" for t in wrong)
+            other = OCI_PLATFORM[wrong[0].hosts[0]]
+            raise ResolveError(
+                f"[image] platform = {spec.image.platform!r}, but {names} never run on {host} machines: "
+                f"a {spec.image.platform} image does not start there.",
+                hint=f"Set [image] platform = {other!r} (or remove it to infer it from the targets), or build "
+                "one image per platform, each spec with its own targets.",
+            )
+        return host, "named in [image] platform"
+    usual: dict[str, list[str]] = {}
+    for t in targets:
+        usual.setdefault(t.hosts[0], []).append(t.name)
+    if len(usual) > 1:
+        groups = "; ".join(f"{', '.join(n)} on {h} ({OCI_PLATFORM[h]})" for h, n in usual.items())
+        raise ResolveError(
+            f"the targets run on different CPU architectures ({groups}); one image runs on one platform.",
+            hint="Build one image per platform: one spec with [image] platform = \"linux/arm64\" and the Arm "
+            "(Grace) targets, one with \"linux/amd64\" and the others. If every one of these GPUs sits in an "
+            "Arm server, set [image] platform = \"linux/arm64\" in this spec.",
+        )
+    if usual:
+        host = next(iter(usual))
+        if host != "x86_64":
+            return host, f"the targets' hosts are {host} ({', '.join(usual[host])})"
+        return host, "the targets run in x86_64 hosts (the default; set [image] platform to change it)"
+    return "x86_64", "no targets name another platform (the default; set [image] platform to change it)"
 
 
 def _versions(spec: Spec, kb: Knowledge) -> list[str]:
@@ -111,16 +160,20 @@ def _versions(spec: Spec, kb: Knowledge) -> list[str]:
     return matches
 
 
-def _cuda_options(spec: Spec, release: TorchRelease, version: str) -> list[str]:
+def _cuda_options(spec: Spec, release: TorchRelease, host: str) -> list[str]:
     cuda = spec.torch.cuda
     if cuda == "cpu":
         return ["cpu"]
     if cuda != "auto":
         return [cuda]
-    stable = [v for v in release.variants if v not in release.variants_experimental]
+    plat = release.on(host)
+    if plat is None:
+        return [release.default_cuda]  # fails with "no wheels for this platform"
+    stable = [v for v in plat.variants if v not in plat.variants_experimental]
     # the plain-install default first (no extra index needed), then newest CUDA first
-    rest = sorted((v for v in stable if v != release.default_cuda), key=cuda_key, reverse=True)
-    return [release.default_cuda, *rest]
+    first = [plat.default_cuda] if plat.default_cuda != "cpu" else []
+    rest = sorted((v for v in stable if v != plat.default_cuda), key=cuda_key, reverse=True)
+    return [*first, *rest] or [""]  # "": no CUDA wheels on this platform (a problem of its own)
 
 
 def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -154,25 +207,36 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
         return _source_problems(c, spec, targets, kb)
     problems: list[str] = []
     rel = c.release
+    plat = c.on
     py = spec.python.version
-    if py not in rel.python:
+    if plat is None:
+        return [f"torch {c.version} has no wheels for {c.host} ({OCI_PLATFORM[c.host]}) that torchkiln knows"]
+    where = "" if c.host == "x86_64" else f" {c.host}"
+    if py not in plat.python:
         problems.append(
-            f"torch {c.version} has no wheels for Python {py} (it supports {', '.join(rel.python)})"
+            f"torch {c.version} has no{where} wheels for Python {py} (it supports {', '.join(plat.python)})"
         )
     if c.cuda == "cpu":
         if targets:
             problems.append("the CPU build of torch runs no GPU kernels, but [gpu] targets are set")
         return problems
-    if c.cuda not in rel.variants:
+    if c.cuda == "":
+        problems.append(f"torch {c.version} has no CUDA wheels for {c.host} ({OCI_PLATFORM[c.host]}), only CPU builds")
+        return problems
+    since = plat.variants_from.get(c.cuda)
+    if since is not None and Version(c.version) < Version(since):
+        problems.append(f"torch {c.version} has no {_variant_name(c.cuda)} wheels (that variant starts with {since})")
+        return problems
+    if c.cuda not in plat.variants:
         problems.append(
-            f"torch {c.version} is not built for CUDA {c.cuda} "
-            f"(its variants: {', '.join('cu' + v.replace('.', '') for v in rel.variants)})"
+            f"torch {c.version} is not built for CUDA {c.cuda}{' on ' + c.host if where else ''} "
+            f"(its{where} variants: {', '.join('cu' + v.replace('.', '') for v in plat.variants if v != 'cpu')})"
         )
         return problems
-    row = kb.arch_row(rel.series, c.cuda)
+    row = kb.arch_row(rel.series, c.cuda, c.host)
     if targets and row is None:
         problems.append(
-            f"the architecture list of torch {rel.series} {_variant_name(c.cuda)} wheels is not confirmed, "
+            f"the architecture list of torch {rel.series} {_variant_name(c.cuda)}{where} wheels is not confirmed, "
             "so coverage of the targets cannot be checked"
         )
     elif row is not None:
@@ -180,7 +244,7 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
             cov = coverage(t.capability, row.entries)
             if not cov.covered:
                 problems.append(
-                    f"torch {c.version} {_variant_name(c.cuda)} has no kernel image for {t.name} "
+                    f"torch {c.version} {_variant_name(c.cuda)}{where} has no kernel image for {t.name} "
                     f"(compute capability {t.capability}): its wheels carry {row.arch_list or 'nothing'}"
                     f"{'' if any(e.kind == 'ptx' for e in row.entries) else ' and no PTX'}"
                 )
@@ -238,18 +302,21 @@ def _fits(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge
     return probs
 
 
-def _all_candidates(kb: Knowledge, cudas: Iterable[str] | None = None) -> list[_Candidate]:
+def _all_candidates(kb: Knowledge, host: str, cudas: Iterable[str] | None = None) -> list[_Candidate]:
     out = []
     for v in kb.all_patches():
         rel = kb.release_of(v)
         assert rel is not None
-        ordered = [rel.default_cuda, *sorted((v for v in rel.variants if v != rel.default_cuda), key=cuda_key,
-                                             reverse=True)]
+        plat = rel.on(host)
+        if plat is None:
+            continue
+        ordered = [plat.default_cuda, *sorted((v for v in plat.variants if v != plat.default_cuda), key=cuda_key,
+                                              reverse=True)]
         for cu in ordered:
-            if cu in rel.variants_experimental:
+            if cu in plat.variants_experimental or cu == "cpu":
                 continue
             if cudas is None or cu in cudas:
-                out.append(_Candidate(v, rel, cu))
+                out.append(_Candidate(v, rel, cu, host))
     return out
 
 
@@ -336,10 +403,14 @@ def _base_idea(cuda: str, c: _Candidate | None = None) -> Iterable[tuple[str, st
 def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Candidate | None,
            problems: list[str]) -> Iterable[tuple[str, str, Patch]]:
     """Changes to the spec that might resolve, nearest first (``_suggest`` keeps those that do)."""
-    fitting = [("torch", c) for c in _all_candidates(kb) if not (spec.torch.cuda == "cpu" and c.cuda != "cpu")]
+    host = failed.host if failed is not None else _host(spec, targets)[0]
+    fitting = [("torch", c) for c in _all_candidates(kb, host)
+               if not (spec.torch.cuda == "cpu" and c.cuda != "cpu")]
     if failed is not None:
-        same = [("same torch", _Candidate(failed.version, failed.release, cu))
-                for cu in sorted(failed.release.variants, key=cuda_key, reverse=True)]
+        plat = failed.on
+        same = [("same torch", _Candidate(failed.version, failed.release, cu, host))
+                for cu in sorted((v for v in (plat.variants if plat else ()) if v != "cpu"), key=cuda_key,
+                                 reverse=True)]
         fitting = same + [("same cuda", c) for _, c in fitting if c.cuda == failed.cuda] + fitting
     compiles = any(e for e in spec.extensions) or spec.torch.source == "git"
     for kind, c in fitting:
@@ -350,9 +421,10 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
             yield from _base_idea(c.cuda, c)
     py = spec.python.version
     for _, c in fitting[:40]:
-        if py in c.release.python or c.cuda == "cpu" and spec.torch.cuda != "cpu":
+        pys = c.on.python if c.on is not None else ()
+        if py in pys or c.cuda == "cpu" and spec.torch.cuda != "cpu":
             continue
-        near = sorted(c.release.python, key=lambda v: abs(int(v.split(".")[1]) - int(py.split(".")[1])))
+        near = sorted(pys, key=lambda v: abs(int(v.split(".")[1]) - int(py.split(".")[1])))
         for v in near[:2]:
             moved = _patched(spec, {"python": {"version": v}})
             if moved is not None and not _fits(c, moved, targets, kb):
@@ -710,6 +782,8 @@ def _dev_toolchain(
 def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     """Decide everything, or raise ``ResolveError`` saying what would work instead."""
     targets = _targets(spec, kb)
+    host, why_host = _host(spec, targets)
+    platform = OCI_PLATFORM[host]
     decisions: list[Decision] = []
     warnings: list[str] = []
 
@@ -718,8 +792,8 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     for version in _versions(spec, kb):
         rel = kb.release_of(version)
         assert rel is not None
-        for cu in _cuda_options(spec, rel, version):
-            cand = _Candidate(version, rel, cu)
+        for cu in _cuda_options(spec, rel, host):
+            cand = _Candidate(version, rel, cu, host)
             probs = _fits(cand, spec, targets, kb)
             if not probs:
                 chosen = cand
@@ -735,25 +809,31 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         raise ResolveError("; ".join(dict.fromkeys(probs)) + ".", hint=hint, fixes=fixes)
 
     rel = chosen.release
+    plat = chosen.on
+    assert plat is not None
     version = chosen.version
     py = spec.python.version
-    if py in rel.python_experimental:
-        warnings.append(f"Python {py} support in torch {rel.series} is experimental upstream.")
+    index_only = py in plat.python_index_only
+    if py in plat.python_experimental:
+        warnings.append(
+            f"Python {py} support in torch {rel.series} is experimental upstream"
+            + (": its wheels are on PyTorch's own index only, not on the default package index." if index_only
+               else "."))
 
     # torch requirement and where it comes from
-    if chosen.cuda == "cpu":
+    if chosen.cuda == plat.default_cuda and not index_only:
+        label = ""  # the default index's build: CUDA, or (older aarch64 releases) a CPU build without a label
+        on_default = True
+    elif chosen.cuda == "cpu":
         label = "+cpu"
         on_default = False
-    elif chosen.cuda == rel.default_cuda:
-        label = ""
-        on_default = True
     else:
         label = "+" + _variant_name(chosen.cuda)
         on_default = False
     source_build = spec.torch.source == "git" and chosen.cuda != "cpu"
     if source_build:  # torch comes from our own wheel, not from an index
         label, on_default = "", True
-    row = None if chosen.cuda == "cpu" else kb.arch_row(rel.series, chosen.cuda)
+    row = None if chosen.cuda == "cpu" else kb.arch_row(rel.series, chosen.cuda, host)
     torch_plan = TorchPlan(
         version=version,
         variant=_variant_name(chosen.cuda),
@@ -768,6 +848,8 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         "pinned in the spec" if spec.torch.version and not any(c in spec.torch.version for c in "<>=!~,")
         else f"newest release satisfying {spec.torch.version or 'any version'} that passes every check"
     )
+    decisions.append(Decision("platform", platform, why_host, "GPUS" if spec.image.platform is None and targets
+                              and host != "x86_64" else ""))
     decisions.append(Decision("torch", version, why_version, rel.source))
     if chosen.cuda == "cpu":
         decisions.append(Decision("variant", "cpu", "cuda = 'cpu' in the spec", ""))
@@ -856,9 +938,10 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
     base_image = spec.base.image or f"python:{py}-slim-bookworm"
     decisions.append(Decision(
         "base image", base_image,
-        "given in [base] image" if spec.base.image else
-        "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
-        "and the driver comes from the host", ""))
+        ("given in [base] image" if spec.base.image else
+         "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
+         "and the driver comes from the host")
+        + ("" if host == "x86_64" else f"; its {platform} variant (the base must offer {platform})"), ""))
     toolchain = _toolchain(spec, base_image, kb, torch_plan, ext_plans, decisions, warnings)
     dev_toolchain = toolchain if toolchain is not None else _dev_toolchain(spec, base_image, kb, torch_plan,
                                                                            decisions, warnings)
@@ -903,4 +986,5 @@ def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
         dev_toolchain=dev_toolchain,
         bytecode="all" if spec.python.precompile == "all" else "imports",
         precompile=_precompile(spec, torch_plan),
+        platform=platform,
     )

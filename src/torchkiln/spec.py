@@ -54,6 +54,13 @@ class _Strict(BaseModel):
 class ImageSpec(_Strict):
     name: str
     tag: str = "latest"
+    platform: Literal["linux/amd64", "linux/arm64"] | None = Field(
+        default=None,
+        description=(
+            "the image's OCI platform; unset = inferred from [gpu] targets (Grace superchips such as GH200, "
+            "GB200, GB300 and GB10 need linux/arm64), else linux/amd64"
+        ),
+    )
 
     @field_validator("name")
     @classmethod

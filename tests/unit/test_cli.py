@@ -75,7 +75,7 @@ def test_explain_table_and_json(capsys) -> None:
     code, out, _ = run(capsys, "explain", str(ROOT / "examples" / "cu130-hopper.toml"), "--json")
     assert code == 0
     topics = [d["topic"] for d in json.loads(out)["decisions"]]
-    assert topics[:2] == ["torch", "variant"] and "driver floor" in topics
+    assert topics[:3] == ["platform", "torch", "variant"] and "driver floor" in topics
     code, out, _ = run(capsys, "explain", str(ROOT / "examples" / "cu130-hopper.toml"))
     assert code == 0 and "TORCH_CUDA" in out
     code, out, _ = run(capsys, "explain", "--gpus", "--json")

@@ -32,16 +32,19 @@ def _estimate_table(estimates: tuple[BuildEstimate, ...], cores: int, mem_gib: f
 def _gpu_table() -> Table:
     kb = load_knowledge()
     t = Table(title="GPUs torchkiln knows")
-    for c in ("capability", "family", "names", "note"):
+    for c in ("capability", "family", "names", "hosts"):
         t.add_column(c)
-    rows: dict[str, list[str]] = {}
-    info: dict[str, tuple[str, str]] = {}
+    rows: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    family: dict[tuple[str, tuple[str, ...]], str] = {}
     for g in kb.gpus:
-        key = str(g.capability)
+        key = (str(g.capability), g.hosts)
         rows.setdefault(key, []).append(g.name)
-        info[key] = (g.family, "ARM only" if g.platform == "aarch64" else "")
-    for cap in sorted(rows, key=lambda s: tuple(int(x) for x in s.split("."))):
-        t.add_row(cap, info[cap][0], ", ".join(rows[cap]), info[cap][1])
+        family[key] = g.family
+    for key in sorted(rows, key=lambda k: (tuple(int(x) for x in k[0].split(".")), k[1] != ("x86_64", "aarch64"))):
+        hosts = key[1]
+        note = ("Jetson: refused (L4T/JetPack images)" if "tegra" in hosts
+                else "x86_64 or aarch64" if hosts == ("x86_64", "aarch64") else f"{'/'.join(hosts)} only (linux/arm64)")
+        t.add_row(key[0], family[key], ", ".join(rows[key]), note)
     return t
 
 
@@ -65,7 +68,7 @@ def explain_cmd(
         if json:
             kb = load_knowledge()
             print_json([{"name": g.name, "capability": str(g.capability), "family": g.family,
-                         "platform": g.platform} for g in kb.gpus])
+                         "hosts": list(g.hosts)} for g in kb.gpus])
         else:
             console.print(_gpu_table())
         return

@@ -26,17 +26,47 @@ from torchkiln.arch import ArchEntry, Capability, parse_arch_list
 from torchkiln.errors import ResolveError
 
 
+#: the host CPU architectures torch wheels are built for, by the OCI platform of an image
+PLATFORMS: dict[str, str] = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+#: the other way round: host architecture -> OCI platform
+OCI_PLATFORM: dict[str, str] = {v: k for k, v in PLATFORMS.items()}
+
+
+@dataclass(frozen=True)
+class ReleasePlatform:
+    """What one torch release ships for one host architecture."""
+
+    platform: str  # "x86_64" or "aarch64"
+    python: tuple[str, ...]
+    python_experimental: tuple[str, ...]
+    #: Python versions whose wheels are on PyTorch's own index only (not on the default package index)
+    python_index_only: tuple[str, ...]
+    #: the variant a plain `pip install torch` gets from the default index ("cpu": a CPU build)
+    default_cuda: str
+    #: CUDA variants on PyTorch's index (and the default)
+    variants: tuple[str, ...]
+    variants_experimental: tuple[str, ...]
+    source: str
+    #: variants first published with a later patch of the series: {"12.9": "2.12.1"}
+    variants_from: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class TorchRelease:
     series: str  # "2.5"
     patches: tuple[str, ...]
-    python: tuple[str, ...]
+    python: tuple[str, ...]  # x86_64 (also in ``platforms``)
     python_experimental: tuple[str, ...]
     default_cuda: str
     variants: tuple[str, ...]
     variants_experimental: tuple[str, ...]
     torchvision: dict[str, str]
     source: str
+    platforms: dict[str, ReleasePlatform] = field(default_factory=dict)
+
+    def on(self, platform: str) -> ReleasePlatform | None:
+        """What this release ships for a host architecture ("x86_64", "aarch64"); None = nothing known."""
+        return self.platforms.get(platform)
 
 
 @dataclass(frozen=True)
@@ -46,6 +76,7 @@ class ArchRow:
     arch_list: str
     entries: tuple[ArchEntry, ...]
     source: str
+    platform: str = "x86_64"
 
 
 @dataclass(frozen=True)
@@ -53,8 +84,15 @@ class Gpu:
     name: str  # canonical (first) name
     capability: Capability
     family: str
-    platform: str
+    #: host CPU architectures the GPU is found with: "x86_64", "aarch64" (SBSA servers and Grace
+    #: superchips) or "tegra" (Jetson modules, whose integrated GPU runs NVIDIA's L4T stack only).
+    #: The first is the usual host, used when a spec does not name its platform.
+    hosts: tuple[str, ...]
     source: str
+
+    @property
+    def tegra(self) -> bool:
+        return "tegra" in self.hosts
 
 
 @dataclass(frozen=True)
@@ -170,9 +208,9 @@ class Knowledge:
         out = [p for r in self.releases for p in r.patches]
         return sorted(out, key=Version, reverse=True)
 
-    def arch_row(self, series: str, cuda: str) -> ArchRow | None:
+    def arch_row(self, series: str, cuda: str, platform: str = "x86_64") -> ArchRow | None:
         for row in self.arch_rows:
-            if row.series == series and row.cuda == cuda:
+            if row.series == series and row.cuda == cuda and row.platform == platform:
                 return row
         return None
 
@@ -228,6 +266,34 @@ class Knowledge:
         return None if best is None else (best[1], best[2])
 
 
+def _platform(name: str, r: dict[str, Any], source: str) -> ReleasePlatform:
+    return ReleasePlatform(
+        platform=name,
+        python=tuple(r["python"]),
+        python_experimental=tuple(r.get("python_experimental", ())),
+        python_index_only=tuple(r.get("python_index_only", ())),
+        default_cuda=r["default_cuda"],
+        variants=tuple(r["variants"]),
+        variants_experimental=tuple(r.get("variants_experimental", ())),
+        source=r.get("source", source),
+        variants_from=dict(r.get("variants_from", {})),
+    )
+
+
+def _release(r: dict[str, Any]) -> TorchRelease:
+    """A ``[[release]]`` row: its top-level keys describe x86_64, an ``aarch64`` table the Arm wheels."""
+    x86 = _platform("x86_64", r, r["source"])
+    platforms = {"x86_64": x86}
+    if "aarch64" in r:
+        platforms["aarch64"] = _platform("aarch64", r["aarch64"], r["source"])
+    return TorchRelease(
+        series=r["series"], patches=tuple(r["patches"]), python=x86.python,
+        python_experimental=x86.python_experimental, default_cuda=x86.default_cuda, variants=x86.variants,
+        variants_experimental=x86.variants_experimental, torchvision=dict(r.get("torchvision", {})),
+        source=r["source"], platforms=platforms,
+    )
+
+
 def _cost(row: dict[str, int] | None) -> tuple[int, int]:
     return (0, 0) if row is None else (int(row.get("base", 0)), int(row.get("per_arch", 0)))
 
@@ -241,23 +307,10 @@ def _load(name: str) -> dict[str, Any]:
 def load_knowledge() -> Knowledge:
     """Load the packaged knowledge base (cached: the data never changes at run time)."""
     t = _load("torch.toml")
-    releases = tuple(
-        TorchRelease(
-            series=r["series"],
-            patches=tuple(r["patches"]),
-            python=tuple(r["python"]),
-            python_experimental=tuple(r.get("python_experimental", ())),
-            default_cuda=r["default_cuda"],
-            variants=tuple(r["variants"]),
-            variants_experimental=tuple(r.get("variants_experimental", ())),
-            torchvision=dict(r.get("torchvision", {})),
-            source=r["source"],
-        )
-        for r in t["release"]
-    )
+    releases = tuple(_release(r) for r in t["release"])
     arch_rows = tuple(
         ArchRow(series=s, cuda=a["cuda"], arch_list=a["arch_list"], entries=parse_arch_list(a["arch_list"]),
-                source=a["source"])
+                source=a["source"], platform=a.get("platform", "x86_64"))
         for a in t["arch"]
         for s in a["series"]
     )
@@ -267,9 +320,9 @@ def load_knowledge() -> Knowledge:
     for row in g["gpu"]:
         cap = Capability.parse(row["capability"])
         canonical = row["names"][0]
+        hosts = tuple(row.get("hosts", ("x86_64", "aarch64")))
         for name in row["names"]:
-            gpu = Gpu(name=name, capability=cap, family=row["family"], platform=row.get("platform", "any"),
-                      source=row["source"])
+            gpu = Gpu(name=name, capability=cap, family=row["family"], hosts=hosts, source=row["source"])
             gpus.append(gpu)
             index[_norm(name)] = gpu
         del canonical
