@@ -84,3 +84,34 @@ def test_export_sif_checks_mksquashfs_before_saving(tmp_path: Path, monkeypatch:
     assert e.value.exit_code == ExitCode.TOOL_MISSING == 11
     assert "squashfs-tools" in (e.value.hint or "")
     assert not (tmp_path / "x.sif").exists()
+
+
+def _wheel(tmp_path: Path, patch: str) -> Path:
+    import struct
+    import zipfile
+
+    elf = (Path(__file__).parent.parent / "fixtures" / "fatbin" / "multi.so").read_bytes()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.so", elf)
+    raw = bytearray(buf.getvalue())
+    local, central = raw.find(b"PK\x03\x04"), raw.find(b"PK\x01\x02")
+    if patch == "method":  # an unknown compression method
+        raw[local + 8 : local + 10] = raw[central + 10 : central + 12] = struct.pack("<H", 99)
+    elif patch == "encrypted":
+        raw[local + 6 : local + 8] = raw[central + 8 : central + 10] = struct.pack("<H", 1)
+    else:  # corrupt deflate data
+        n, m = struct.unpack("<HH", raw[local + 26 : local + 30])
+        start = local + 30 + n + m
+        for k in range(start + 10, start + 200):
+            raw[k] ^= 0x5A
+    path = tmp_path / "x-1.0-py3-none-any.whl"
+    path.write_bytes(raw)
+    return path
+
+
+@pytest.mark.parametrize("patch", ["method", "encrypted", "deflate"])
+def test_broken_wheels_are_exit_7(patch: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["inspect", str(_wheel(tmp_path, patch))])
+    _out, err = capsys.readouterr()
+    assert code == ExitCode.INPUT and "error:" in err and "fix:" in err and "Traceback" not in err

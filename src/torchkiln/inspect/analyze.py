@@ -15,6 +15,7 @@ import re
 import tempfile
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,8 +282,14 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
                 binaries.append(_binary(info.filename, info.file_size, read, targets, owner, None))
     except zipfile.BadZipFile as e:
         raise InputError(f"{path} is not a readable wheel/zip archive ({e}).", hint=_HINT_KINDS) from None
-    except (EOFError, OSError) as e:
-        raise InputError(f"{path} is truncated or unreadable ({e}).", hint="Download the wheel again.") from None
+    except NotImplementedError as e:  # a compression method zipfile does not know
+        raise InputError(f"{path} uses a zip feature wheels never use ({e}).",
+                         hint="Rebuild the wheel (`pip wheel`) or download it again.") from None
+    except RuntimeError as e:  # an encrypted member
+        raise InputError(f"{path} holds encrypted members ({e}); a wheel is never encrypted.",
+                         hint="Rebuild the wheel (`pip wheel`) or download it again.") from None
+    except (EOFError, OSError, zlib.error, ValueError) as e:
+        raise InputError(f"{path} is truncated, corrupt or unreadable ({e}).", hint="Download the wheel again.") from None
     stats = ScanStats(files, elf_files, nbytes, time.perf_counter() - t0, read_s)
     return _finish("wheel", str(path), targets, binaries, stats)
 
