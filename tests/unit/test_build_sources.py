@@ -8,7 +8,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from torchkiln.errors import SourceError
 from torchkiln.build.sources import (

@@ -1,6 +1,9 @@
 """The knowledge base is data with a source on every row; these tests keep it that way."""
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from importlib import resources
 
 import pytest

@@ -1,6 +1,9 @@
 """Property: whatever a user writes into kiln.toml, torchkiln answers with a plan or a typed error."""
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings

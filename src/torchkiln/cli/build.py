@@ -245,7 +245,7 @@ def build_cmd(
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Render the context and print the engine command; build nothing.")
+        bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine command, secrets, tags; every field with --json); build nothing.")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line the engine prints.")] = False,
     json: JsonOpt = False,

@@ -473,7 +473,8 @@ class Opened:
             self.read_at = lambda off, n: os.pread(fd, n, off)
             return
         f2 = source
-        if not f2.seekable():
+        seekable = getattr(f2, "seekable", None)  # SpooledTemporaryFile has none before Python 3.11
+        if not (seekable() if callable(seekable) else hasattr(f2, "seek")):
             data = f2.read()
             self.size = len(data)
             self.read_at = lambda off, n: data[off : off + n]
