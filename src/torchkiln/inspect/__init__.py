@@ -1,7 +1,7 @@
 """Read images, wheels and binaries without running them: layers, waste, CUDA architectures.
 
 ``fatbin`` lists the device code embedded in an ELF file (stdlib-only, reused by verify);
-``image`` reads docker-archive tars and OCI layouts by random access; ``waste`` and ``coverage``
+the image readers live in :mod:`torchkiln.images` (formats); ``waste`` and ``coverage``
 are pure functions over what was read; ``report`` holds the result types and their JSON form;
 ``analyze`` ties them together for the CLI.
 """
