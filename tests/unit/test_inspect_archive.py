@@ -420,3 +420,13 @@ def test_damaged_elf_inside_an_image_is_reported_not_fatal(tmp_path: Path, capsy
     assert report.to_dict()["summary"]["errors"] == 1  # type: ignore[index]
     code, out, _ = run_cli(capsys, str(path), "-t", "H100")
     assert code == 0 and "unreadable ELF file" in out
+
+
+def test_streamed_archive_gives_the_same_report_as_the_file(tmp_path: Path) -> None:
+    from torchkiln.inspect.analyze import inspect_image_stream
+
+    path = docker_archive(tmp_path / "img.tar", sample_layers())
+    from_file = inspect_path(path, TARGETS, tag="test/waste:1").to_dict()
+    with path.open("rb") as f:
+        streamed = inspect_image_stream(f, TARGETS, source=str(path), tag="test/waste:1").to_dict()
+    assert streamed == from_file  # the JSON report holds no timings: identical, archive size included

@@ -269,7 +269,7 @@ def decompressed(blob: IO[bytes], compression: Compression, what: str, stats: IO
 def iter_layer_stream(stream: IO[bytes], what: str, stats: IOStats | None = None) -> Iterator[Member]:
     """The entries of a layer tar read once, in order, from a sequential stream (a pipe, a decompressor)."""
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:
             for ti in tar:
                 m = member_of(ti)
                 if m.type == "file":

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from torchkiln.errors import InputError
 from torchkiln.images._io import IOStats
@@ -442,6 +442,8 @@ def inspect_image_name(
             f"no image {image!r} in {engine.name}, and no file of that name.",
             hint=f"Build it (`kiln build`), pull it (`{engine.name} pull {image}`), or give a path to an archive.",
         )
+    # The save is written to a temporary file and read by random access: reading `save` straight
+    # from a pipe (inspect_image_stream, no temporary copy) measured 1.3x slower here (docs/inspect.md).
     with tempfile.TemporaryDirectory(prefix="kiln-inspect-") as tmp:
         dest = Path(tmp) / "image.tar"
         if progress:
@@ -499,3 +501,27 @@ def inspect_path(
         )
     what = "empty" if not head else "not an image archive, OCI layout, wheel or ELF file"
     raise InputError(f"{path} is {what}.", hint=_HINT_KINDS)
+
+
+def inspect_image_stream(
+    stream: IO[bytes],
+    targets: Sequence[Target],
+    *,
+    source: str,
+    tag: str | None = None,
+    all_sections: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> InspectReport:
+    """A docker-archive read once from a stream (an engine's ``save`` on a pipe): no temporary copy."""
+    from torchkiln.images.stream import read_saved_stream
+
+    t0 = time.perf_counter()
+    io_stats = IOStats()
+    meta, scans = read_saved_stream(
+        stream, source, tag, lambda members: scan_layer(members, targets, all_sections=all_sections), io_stats, progress
+    )
+    stats = ScanStats(
+        sum(s.files for s in scans), sum(s.elf_files for s in scans), io_stats.bytes_read,
+        time.perf_counter() - t0, io_stats.read_seconds,
+    )
+    return image_report(meta, scans, targets, source, stats)
