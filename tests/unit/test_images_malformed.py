@@ -115,3 +115,15 @@ def test_broken_wheels_are_exit_7(patch: str, tmp_path: Path, capsys: pytest.Cap
     code = main(["inspect", str(_wheel(tmp_path, patch))])
     _out, err = capsys.readouterr()
     assert code == ExitCode.INPUT and "error:" in err and "fix:" in err and "Traceback" not in err
+
+
+def test_elf_whose_section_table_offset_is_beyond_a_c_long(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import struct
+
+    elf = bytearray((Path(__file__).parent.parent / "fixtures" / "fatbin" / "multi.so").read_bytes()[:256])
+    struct.pack_into("<Q", elf, 0x28, 15269454536599666688)  # e_shoff (found by the fuzz test)
+    path = tmp_path / "x.so"
+    path.write_bytes(elf)
+    code = main(["inspect", str(path)])
+    _out, err = capsys.readouterr()
+    assert code == ExitCode.INPUT and "fix:" in err and "Traceback" not in err

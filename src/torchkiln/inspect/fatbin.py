@@ -470,7 +470,9 @@ class Opened:
             self._close = f
             fd = f.fileno()
             self.size = os.fstat(fd).st_size
-            self.read_at = lambda off, n: os.pread(fd, n, off)
+            size = self.size
+            # offsets come from the file itself: one past the end (or beyond a C long) reads nothing
+            self.read_at = lambda off, n: os.pread(fd, n, off) if 0 <= off < size and n > 0 else b""
             return
         f2 = source
         seekable = getattr(f2, "seekable", None)  # SpooledTemporaryFile has none before Python 3.11
@@ -486,6 +488,8 @@ class Opened:
             return
 
         def read_at(off: int, n: int) -> bytes:
+            if not 0 <= off < self.size or n <= 0:
+                return b""
             f2.seek(off)
             return f2.read(n)
 
