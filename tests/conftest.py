@@ -264,3 +264,58 @@ def cpu_build(
     summary = build_image(spec, docker_engine, options, env={})
     yield BuiltImage(docker_engine, spec, options, summary, marker)
     docker_engine.remove_image(summary.image)  # the layers stay in the build cache for the next run
+
+
+# -- registries and a second daemon (tests/services.py) ---------------------------------------------
+
+#: planted in the registry password: finding it in any output, layer or label proves a leak
+REGISTRY_PASSWORD_MARKER = "kiln-registry-pw-marker-5c1e"
+
+
+def _service_or_skip(start):  # type: ignore[no-untyped-def]
+    from services import ServiceUnavailable
+
+    try:
+        return start()
+    except ServiceUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A plain-HTTP registry on 127.0.0.1 without authentication (Docker treats loopback as insecure)."""
+    from services import start_registry
+
+    reg = _service_or_skip(lambda: start_registry(tmp_path_factory.mktemp("registry")))
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A TLS registry (throwaway CA, trusted by the daemon through certs.d) behind htpasswd."""
+    from services import start_registry
+
+    reg = _service_or_skip(lambda: start_registry(
+        tmp_path_factory.mktemp("secure-registry"), tls=True, user="kiln-ci",
+        password=f"{REGISTRY_PASSWORD_MARKER}-{os.getpid()}",
+    ))
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture(scope="session")
+def second_daemon() -> Iterator[object]:
+    """A second dockerd with an empty cache (a second CI machine); reach it with ``.env`` (DOCKER_HOST)."""
+    from services import start_daemon
+
+    work = Path(tempfile.mkdtemp(prefix="kd2-", dir="/tmp"))  # short: containerd's socket paths
+    daemon = _service_or_skip(lambda: start_daemon(work))
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def second_engine(second_daemon: object) -> Engine:
+    """torchkiln's docker engine, pointed at the second daemon."""
+    return get_engine("docker", Runner(env=second_daemon.env))  # type: ignore[attr-defined]

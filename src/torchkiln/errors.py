@@ -26,6 +26,8 @@ class ExitCode(IntEnum):
     SOURCE = 9  # a package index, wheel folder or CA bundle is unreachable or unusable
     FILES = 10  # the operating system refused to read or write a file or folder (OSError)
     TOOL_MISSING = 11  # a program a command needs besides the engine (mksquashfs) is not installed
+    REGISTRY = 12  # an image registry cannot be reached (down, wrong address, untrusted TLS certificate)
+    REGISTRY_AUTH = 13  # an image registry refused the engine's credentials (none, wrong, no permission)
     INTERRUPTED = 130
 
 
@@ -142,3 +144,15 @@ class ToolMissingError(KilnError):
 
     exit_code = ExitCode.TOOL_MISSING
     default_hint = "Install the program named above and make sure it is on PATH."
+
+
+class RegistryError(KilnError):
+    """An image registry cannot be reached: down, a wrong address, or a TLS certificate not trusted."""
+
+    exit_code = ExitCode.REGISTRY
+
+
+class RegistryAuthError(KilnError):
+    """An image registry refused the engine's credentials (none stored, wrong ones, or no permission)."""
+
+    exit_code = ExitCode.REGISTRY_AUTH

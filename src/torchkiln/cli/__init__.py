@@ -69,6 +69,7 @@ COMMAND_MODULES = (
     "explain",
     "lint",
     "build",
+    "push",
     "run",
     "base",
     "inspect",

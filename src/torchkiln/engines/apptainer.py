@@ -341,7 +341,7 @@ class ApptainerEngine(Engine):
     def tag(self, source: str, ref: str) -> None:
         raise self._no_store("tag images", f"Copy or rename the file: cp {source} {ref}")
 
-    def push(self, image: str) -> None:
+    def push(self, image: str) -> str:
         raise self._no_store("push by tag",
                              f"Push the file to an OCI registry with `apptainer push {image} oras://REGISTRY/NAME:TAG`.")
 

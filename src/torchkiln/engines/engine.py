@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from torchkiln.diagnose import diagnose, format_diagnoses
-from torchkiln.errors import BuildError, InputError, KilnError, SourceError
+from torchkiln.errors import BuildError, InputError, KilnError, RegistryAuthError, RegistryError, SourceError
 from torchkiln.runner import Completed, Runner
 
 EngineName = Literal["docker", "podman", "apptainer"]
@@ -341,12 +341,20 @@ class Engine(ABC):
         r = self.runner.run([self.info.binary, "pull", image], check=False, timeout=timeout)
         return r.returncode == 0
 
-    def push(self, image: str) -> None:
-        self.runner.run(
+    def push(self, image: str) -> str:
+        """Push ``image`` with the engine's own login; returns the pushed manifest's digest ("" if unknown).
+
+        The registry keeps blobs but no tag from a push that failed part-way, so the tag either
+        names the whole image or (as before) nothing new. Credentials are never passed here: the
+        engine reads what ``docker login`` / ``podman login`` stored.
+        """
+        r = self.runner.run(
             [self.info.binary, "push", image],
             what=f"{self.name} push {image}",
-            hint="Log in to the registry (`docker login` / `podman login`) and check the image name's registry part.",
+            hint=f"Check the registry part of {image} and the engine's login ({self.name} login REGISTRY).",
+            classify=lambda result: registry_failure(self.name, image, result),
         )
+        return pushed_digest(r.output)
 
     def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str:
         """Import a root-filesystem tarball as image ``ref``; returns its id."""
@@ -390,6 +398,72 @@ _BASE_MISSING = re.compile(
     r"failed to do request: Head \"https://|no such host|short-name .* did not resolve)",
     re.IGNORECASE,
 )
+
+
+# -- registry failures (push, pull, cache export and import) -------------------------------------
+
+_REGISTRY_AUTH = re.compile(
+    r"(unauthorized|authentication required|no basic auth credentials|denied: requested access|"
+    r"insufficient_scope|incorrect username or password|status: 401|401 Unauthorized|403 Forbidden)",
+    re.IGNORECASE,
+)
+_REGISTRY_TLS = re.compile(r"(x509:|certificate signed by unknown authority|tls: |server gave HTTP response to HTTPS)",
+                           re.IGNORECASE)
+_REGISTRY_DOWN = re.compile(
+    r"(connection refused|no such host|i/o timeout|dial tcp|network is unreachable|no route to host|"
+    r"server misbehaving|context deadline exceeded|connection reset by peer)",
+    re.IGNORECASE,
+)
+_DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
+def registry_of(ref: str) -> str:
+    """The registry part of an image reference (``docker.io`` when the name has none)."""
+    first, sep, _ = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def pushed_digest(output: str) -> str:
+    """The manifest digest ``docker push`` / ``podman push`` reported ("" when it printed none)."""
+    found = _DIGEST.findall(output)
+    return found[-1] if found else ""
+
+
+def registry_failure(engine: str, ref: str, result: Completed) -> KilnError | None:
+    """A typed error for a failed registry operation on ``ref``: credentials, TLS, or unreachable."""
+    text = result.output
+    registry = registry_of(ref)
+    details = f"$ {result.command}\n{result.tail(12)}".rstrip()
+    if _REGISTRY_AUTH.search(text):
+        return RegistryAuthError(
+            f"the registry {registry} refused {engine}'s credentials for {ref}.",
+            hint=(
+                f"Log in with the engine ({engine} login {registry}; in CI with --password-stdin from a secret) "
+                "as a user allowed to push to this repository, then rerun. torchkiln never takes a password itself."
+            ),
+            details=details,
+        )
+    if _REGISTRY_TLS.search(text):
+        return RegistryError(
+            f"{engine} does not trust the TLS certificate of the registry {registry}.",
+            hint=(
+                f"Install the registry's CA certificate for the engine (docker: /etc/docker/certs.d/{registry}/ca.crt; "
+                f"podman: /etc/containers/certs.d/{registry}/ca.crt), or fix the registry's certificate."
+            ),
+            details=details,
+        )
+    if _REGISTRY_DOWN.search(text):
+        return RegistryError(
+            f"the registry {registry} cannot be reached (for {ref}).",
+            hint=(
+                "Check the registry address in the image name (HOST:PORT/NAME:TAG), that the registry is running, "
+                "and the network or proxy between this machine and it."
+            ),
+            details=details,
+        )
+    return None
 
 
 def classify_build_failure(
