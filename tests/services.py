@@ -3,9 +3,11 @@
 - ``start_registry``: Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1, plain HTTP or
   TLS with a throwaway CA made with openssl (installed for the daemon under
   ``/etc/docker/certs.d/HOST:PORT/ca.crt``), optionally behind htpasswd (bcrypt) authentication.
-- ``start_daemon``: a second Docker daemon with its own data root, exec root, socket and pid file
-  (``--bridge=none --iptables=false``): a second CI machine with an empty cache, reached through
-  ``DOCKER_HOST``.
+- ``start_daemon``: a second Docker daemon with its own data root, exec root, socket, pid file and
+  bridge (``--iptables=false``): a second CI machine with an empty cache, reached through
+  ``DOCKER_HOST``. Not ``--bridge=none``: dockerd started that way deletes the machine's ``docker0``
+  at start-up (libnetwork's ``removeDefaultBridgeInterface``), which broke every container the first
+  daemon ran afterwards on the default network.
 
 Both reuse a running service when told where it is (``KILN_TEST_REGISTRY=HOST:PORT`` for a
 plain-HTTP registry without authentication, ``KILN_TEST_DOCKER_HOST=unix://…`` for a second
@@ -241,12 +243,36 @@ class Daemon:
                            env={**os.environ, **self.env}, capture_output=True, text=True)
         return r.returncode == 0 and bool(r.stdout.strip())
 
+    bridge: str | None = None
+
     def stop(self) -> None:
         _stop(self.proc, timeout=30)
+        if self.bridge is not None:
+            subprocess.run(["ip", "link", "delete", self.bridge, "type", "bridge"], capture_output=True)
         if self.root is not None:
             # overlay mounts and containerd state: the daemon unmounted them on SIGTERM
             subprocess.run(["umount", "-R", str(self.root / "data")], capture_output=True)
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _make_bridge(name: str) -> str:
+    """A Linux bridge of its own for a second daemon (``ip link``), with a free private /24."""
+    if shutil.which("ip") is None:
+        raise ServiceUnavailable("the ip command is missing (Debian: apt-get install iproute2)")
+    bridge = ("kb" + "".join(c for c in name if c.isalnum()))[:15]
+    subprocess.run(["ip", "link", "delete", bridge, "type", "bridge"], capture_output=True)
+    used = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    third = next((n for n in range(200, 250) if f"10.231.{n}." not in used), None)
+    if third is None:
+        raise ServiceUnavailable("no free 10.231.x.0/24 subnet for a second daemon's bridge")
+    for cmd in (["ip", "link", "add", "name", bridge, "type", "bridge"],
+                ["ip", "addr", "add", f"10.231.{third}.1/24", "dev", bridge],
+                ["ip", "link", "set", bridge, "up"]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["ip", "link", "delete", bridge, "type", "bridge"], capture_output=True)
+            raise ServiceUnavailable(f"could not make the bridge {bridge}: {r.stderr.strip()}")
+    return bridge
 
 
 def start_daemon(work: Path, *, reuse_env: str | None = "KILN_TEST_DOCKER_HOST") -> Daemon:
@@ -270,11 +296,12 @@ def start_daemon(work: Path, *, reuse_env: str | None = "KILN_TEST_DOCKER_HOST")
     sock = work / "docker.sock"
     d = Daemon(f"unix://{sock}", root=work)
     name = work.name
+    d.bridge = _make_bridge(name)
     cmd = [
         dockerd, "--config-file", str(work / "daemon.json"),
         "--data-root", str(work / "data"), "--exec-root", str(work / "exec"),
         "-H", f"unix://{sock}", "--pidfile", str(work / "docker.pid"),
-        "--bridge=none", "--iptables=false", "--ip-masq=false",
+        f"--bridge={d.bridge}", "--iptables=false", "--ip-masq=false",
         # a containerd of the machine (systemd installs) is shared: keep this daemon's state apart
         "--containerd-namespace", f"{name}", "--containerd-plugins-namespace", f"{name}-plugins",
     ]

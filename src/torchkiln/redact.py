@@ -23,8 +23,9 @@ TOKEN_SHAPES = re.compile(
     r"|pypi-[A-Za-z0-9_-]{50,}|nvapi-[A-Za-z0-9_-]{30,})\b"
 )
 # scheme://userinfo@ : userinfo is everything up to the last '@' before the host (passwords may hold '@'
-# only percent-encoded, but be generous: stop at whitespace, quotes and '/')
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s'\"<>]*)@")
+# only percent-encoded, but be generous: stop at whitespace, quotes and '/'). The scheme itself is not
+# required: a mistyped URL ("https[://u:p@h", "https:/u:p@h") still carries a real password.
+_URL_USERINFO = re.compile(r"(?P<scheme>:/{1,3})(?P<info>[^/\s'\"<>]*)@")
 #: user names kept as they are when they carry no password (ssh://git@host, https://oauth2@…)
 _PLAIN_USER = re.compile(r"^[a-z][a-z0-9._-]{0,15}$")
 

@@ -386,7 +386,7 @@ def _describe(err: dict[str, Any], origin: str) -> str:
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
     shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
-    return f"{origin}: {where} key '{key}': {msg}{shown}."
+    return redact(f"{origin}: {where} key '{key}': {msg}{shown}.")
 
 
 def parse_spec(data: dict[str, Any], origin: str = "kiln.toml") -> Spec:

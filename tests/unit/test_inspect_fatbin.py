@@ -172,6 +172,24 @@ def test_truncated_file_is_a_clear_error(cut: float) -> None:
         list_entries(data[: int(len(data) * cut)])
 
 
+@pytest.mark.parametrize("n", [6, 52, 60, 63])
+def test_short_elf_header_is_a_clear_error(n: int) -> None:
+    # an ELF64 header cut between 52 and 64 bytes raised struct.error (found by the long fuzz run)
+    data = (FIXTURES / "multi.so").read_bytes()[:n]
+    with pytest.raises(FatbinError, match="truncated"):
+        fatbin.elf_sections(reader(data), len(data))
+
+
+def test_absurd_architecture_number_is_a_clear_error() -> None:
+    data = bytearray((FIXTURES / "multi.so").read_bytes())
+    first = list_entries(bytes(data))[0]
+    sm_at = first.offset + 28  # the entry header's sm field (kind, version, header size, payload, ...)
+    assert int.from_bytes(data[sm_at : sm_at + 4], "little") == first.sm
+    data[sm_at : sm_at + 4] = (4266763536).to_bytes(4, "little")
+    with pytest.raises(FatbinError, match="not a GPU architecture"):
+        list_entries(bytes(data))
+
+
 def test_corrupt_container_in_a_section_is_an_error() -> None:
     data = bytearray((FIXTURES / "multi.so").read_bytes())
     table = fatbin.elf_sections(lambda off, n: bytes(data[off : off + n]), len(data))

@@ -129,6 +129,18 @@ def test_credentials_outside_sources_are_refused_and_masked(capsys, tmp_path: Pa
         assert SECRET not in out + err
 
 
+@pytest.mark.parametrize("url", ["https[://bob:{s}@host/x", "https:/bob:{s}@host/x", "htt ps://bob:{s}@host/x"])
+def test_mistyped_urls_with_a_password_are_masked(capsys, tmp_path: Path, url: str) -> None:
+    # found by the CLI fuzz test: a mangled scheme hid the password from the URL pattern, and the
+    # validation error quoted the value back
+    p = tmp_path / "kiln.toml"
+    p.write_text(f'[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[packages]\npip = ["{url.format(s=SECRET)}"]\n')
+    for extra in ([], ["--json"]):
+        code, out, err = run(capsys, "resolve", str(p), *extra)
+        assert code == 3, err
+        assert SECRET not in out + err
+
+
 def test_error_messages_are_redacted(capsys, tmp_path: Path) -> None:
     p = tmp_path / "kiln.toml"
     p.write_text(f'[image]\nname = "https://bob:{SECRET}@host/x"\n')

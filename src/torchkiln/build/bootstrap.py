@@ -33,7 +33,6 @@ from torchkiln.runner import Runner
 DEFAULT_SUITE = "bookworm"
 DEFAULT_PACKAGES = ("python3",)
 IMAGE_NAME = "kiln-base"
-BASE_LABEL_PREFIX = "io.torchkiln.build.bootstrap"
 
 DEBIAN_SUITES = frozenset(
     {"buster", "bullseye", "bookworm", "trixie", "forky", "sid", "stable", "testing", "unstable", "oldstable"}
@@ -287,10 +286,14 @@ def bootstrap(
     start = time.monotonic()
     if not force and engine.image_exists(image):
         details = engine.inspect_image(image)
-        return BaseResult(
-            image, False, time.monotonic() - start, details.size,
-            details.labels.get(f"{BASE_LABEL_PREFIX}.python"), details.labels.get(f"{BASE_LABEL_PREFIX}.mirror"), request.suite,
-        )
+        python = details.labels.get(f"{BASE_LABEL_PREFIX}.python")
+        # without our python label the tag holds something else (or a base an older torchkiln
+        # labelled differently): make it again rather than plan builds on an unknown Python
+        if python:
+            return BaseResult(
+                image, False, time.monotonic() - start, details.size,
+                python, details.labels.get(f"{BASE_LABEL_PREFIX}.mirror"), request.suite,
+            )
     debootstrap = runner.which(
         "debootstrap",
         install_hint="Install debootstrap (Debian/Ubuntu: `apt-get install debootstrap`), or load a base image "

@@ -260,6 +260,8 @@ def _parse_container(
             raise FatbinError(
                 f"fat binary entry at {pos:#x} (header {ehsize}, payload {psize}) does not fit its container"
             )
+        if not 10 <= sm <= 999:  # ArchEntry names have two or three digits; sm_4266763536 is corruption
+            raise FatbinError(f"fat binary entry at {pos:#x} claims architecture sm_{sm}, which is not a GPU architecture")
         ident = None
         if idoff and idlen and idoff + idlen <= ehsize + psize and idlen <= 4096:
             ident = read_at(pos + idoff, idlen).split(b"\0", 1)[0].decode("utf-8", "replace") or None
@@ -394,9 +396,11 @@ def elf_sections(read_at: ReadAt, size: int) -> list[ElfSection] | None:
     many seconds over the hundreds of ELF files of an image. The tests check it against pyelftools.
     """
     head = read_at(0, 64)
-    if len(head) < 52 or head[:4] != ELF_MAGIC:
+    if len(head) < 6 or head[:4] != ELF_MAGIC:
         raise NotElfError("not an ELF file (no \\x7fELF magic)")
     cls, data = head[4], head[5]
+    if len(head) < (64 if cls == 2 else 52):
+        raise FatbinError(f"ELF header is truncated ({len(head)} bytes): the file is cut short")
     if cls not in (1, 2) or data not in (1, 2):
         raise FatbinError(f"unknown ELF class {cls} or byte order {data}")
     e = "<" if data == 1 else ">"
