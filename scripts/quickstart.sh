@@ -24,8 +24,9 @@ step "1/5 system packages"
 need=()
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 # docker.io: the engine (BuildKit through DOCKER_BUILDKIT=1); debootstrap: the offline base; podman:
-# the second engine the tests build with; squashfs-tools, siftool: SIF files; openssl: the tests' marker CA
-for pkg in docker.io debootstrap podman squashfs-tools siftool openssl ca-certificates; do
+# the second engine the tests build with; squashfs-tools, siftool: SIF files; openssl: the tests' marker CA;
+# docker-registry: the real registry (distribution 2.8) the push and cache tests start on 127.0.0.1
+for pkg in docker.io debootstrap podman squashfs-tools siftool openssl ca-certificates docker-registry; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -35,6 +36,8 @@ if [ ${#need[@]} -gt 0 ]; then
 else
   echo "nothing to install"
 fi
+# the Debian package starts a registry on :5000 with its own config; the tests start their own
+if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
 
 step "2/5 torchkiln in .venv (with the test extra and the CPU torch the tests import)"
 [ -x .venv/bin/python ] || python3 -m venv .venv

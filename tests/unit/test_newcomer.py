@@ -210,7 +210,7 @@ def test_ci_runs_exactly_the_readme_quick_start() -> None:
     assert all(c in ci for c in commands), commands
     quickstart = (ROOT / "scripts" / "quickstart.sh").read_text()
     # what the suite needs beyond the package itself (issue 14: pytest, torch, the SIF tools, podman)
-    for need in ("'.[test]'", "torch==2.13.0", "podman", "squashfs-tools", "siftool"):
+    for need in ("'.[test]'", "torch==2.13.0", "podman", "squashfs-tools", "siftool", "docker-registry"):
         assert need in quickstart, need
 
 
