@@ -186,7 +186,9 @@ def test_bootstrap_output_is_quiet_without_verbose(capsys) -> None:
     from torchkiln.cli.build import StepDisplay
 
     lines = ["I: Retrieving InRelease", "I: Checking Release signature", "I: Valid Release signature (key id X)"]
-    for phase in ("Retrieving", "Validating", "Extracting", "Unpacking", "Configuring"):
+    for i in range(100):  # debootstrap's order: the two phases alternate, package by package
+        lines += [f"I: Retrieving pkg{i} 1.0", f"I: Validating pkg{i} 1.0"]
+    for phase in ("Extracting", "Unpacking", "Configuring"):
         lines += [f"I: {phase} pkg{i} 1.0" for i in range(100)]
     lines += ["W: Failure trying to run: chroot x", "I: Base system installed successfully."]
     with StepDisplay(live=False, verbose=False) as display:

@@ -67,7 +67,7 @@ class StepDisplay:
         self.live: Live | None = Live(console=err_console, transient=True, refresh_per_second=8) if live else None
         self.current = ""
         self.last_line = ""
-        self.phase = ""
+        self.phases: set[str] = set()
         self.started = time.monotonic()
 
     def __enter__(self) -> StepDisplay:
@@ -118,10 +118,11 @@ class StepDisplay:
             self.live.update(self._status())
             return
         phase = text.split()[1] if text.startswith("I: ") and len(text.split()) > 1 else None
-        if self.verbose or text.startswith(("W: ", "E: ")) or (phase is not None and phase != self.phase):
+        # each phase once: debootstrap interleaves "Retrieving x" / "Validating x" for every package
+        if self.verbose or text.startswith(("W: ", "E: ")) or (phase is not None and phase not in self.phases):
             err_console.print(escape(text if self.verbose or phase is None else f"I: {phase} …"), highlight=False)
         if phase is not None:
-            self.phase = phase
+            self.phases.add(phase)
 
 
 def missing_image(
