@@ -20,7 +20,7 @@ else:  # Python 3.10: the same parser, as the tomli package (a dependency there)
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from torchkiln.errors import SpecError
 from torchkiln.redact import has_credential, redact
@@ -334,6 +334,107 @@ class SourcesSpec(_Strict):
     network: Literal["default", "host"] = "default"
 
 
+#: the axes of ``[matrix]``, in the order cells and tags list them (see ``torchkiln.matrix``)
+AXES = ("torch", "cuda", "python", "platform", "gpu", "pip")
+_PLATFORMS = ("linux/amd64", "linux/arm64")
+
+
+def _axis_error(e: ValidationError) -> str:
+    return str(e.errors()[0]["msg"]).removeprefix("Value error, ")
+
+
+def _check_axis_value(axis: str, value: Any) -> Any:
+    """One axis value, checked by the field it overrides (the same rules as that field)."""
+    try:
+        if axis == "torch":
+            TorchSpec.model_validate({"version": value})
+        elif axis == "cuda":
+            return TorchSpec.model_validate({"cuda": value}).cuda
+        elif axis == "python":
+            PythonSpec.model_validate({"version": value})
+        elif axis == "platform":
+            ImageSpec.model_validate({"name": "a", "platform": value})
+        elif axis == "gpu":
+            if not value:
+                raise ValueError("a GPU target set needs at least one GPU name or compute capability")
+            GpuSpec.model_validate({"targets": value})
+        elif axis == "pip":
+            PackagesSpec.model_validate({"pip": value})
+    except ValidationError as e:
+        raise ValueError(f"{axis} = {_show(value)}: {_axis_error(e)}") from None
+    return value
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, list) else "[" + ", ".join(map(repr, value)) + "]"
+
+
+class MatrixEntry(_Strict):
+    """One ``include`` or ``exclude`` entry of ``[matrix]``: axis keys with one value each."""
+
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    gpu: list[str] | None = None
+    pip: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _values(self) -> MatrixEntry:
+        given = {k: getattr(self, k) for k in AXES if getattr(self, k) is not None}
+        if not given:
+            raise ValueError(f"an entry needs at least one of {', '.join(AXES)}")
+        for axis, value in given.items():
+            object.__setattr__(self, axis, _check_axis_value(axis, value))
+        return self
+
+
+class MatrixSpec(_Strict):
+    """``[matrix]``: axes of values (the cartesian product), ``exclude`` and ``include`` (GitHub Actions' rules)."""
+
+    torch: list[str] = Field(default_factory=list, description="[torch] version of each cell")
+    cuda: list[str] = Field(default_factory=list, description="[torch] cuda of each cell")
+    python: list[str] = Field(default_factory=list, description="[python] version of each cell")
+    platform: list[str] = Field(default_factory=list, description="[image] platform of each cell")
+    gpu: list[list[str]] = Field(default_factory=list, description="[gpu] targets of each cell (a list per cell)")
+    pip: list[list[str]] = Field(default_factory=list, description="pip packages added to [packages] pip")
+    exclude: list[MatrixEntry] = Field(default_factory=list)
+    include: list[MatrixEntry] = Field(default_factory=list)
+
+    _order: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def axis_order(self) -> tuple[str, ...]:
+        """The axes in the order kiln.toml writes them (the first varies slowest, as in GitHub Actions)."""
+        return self._order + tuple(k for k in AXES if k not in self._order)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Any) -> Any:
+        model = handler(data)
+        if isinstance(data, dict):
+            model._order = tuple(k for k in data if k in AXES)
+        elif isinstance(data, MatrixSpec):
+            model._order = data._order
+        return model
+
+    @model_validator(mode="after")
+    def _axes(self) -> MatrixSpec:
+        for axis in AXES:
+            values = getattr(self, axis)
+            if axis in self.model_fields_set and not values:
+                raise ValueError(f"the axis '{axis}' lists no value: give at least one, or remove the key")
+            checked = [_check_axis_value(axis, v) for v in values]
+            shown = [tuple(v) if isinstance(v, list) else v for v in checked]
+            dupes = sorted({_show(v) for i, v in enumerate(checked) if shown.index(shown[i]) != i})
+            if dupes:
+                raise ValueError(f"the axis '{axis}' lists {', '.join(dupes)} more than once")
+            object.__setattr__(self, axis, checked)
+        if not any(getattr(self, a) for a in AXES) and not self.include:
+            raise ValueError(f"give at least one axis ({', '.join(AXES)}) or an include entry")
+        return self
+
+
 class Spec(_Strict):
     image: ImageSpec
     python: PythonSpec = Field(default_factory=PythonSpec)
@@ -344,6 +445,7 @@ class Spec(_Strict):
     app: AppSpec = Field(default_factory=AppSpec)
     base: BaseSpec = Field(default_factory=BaseSpec)
     sources: SourcesSpec = Field(default_factory=SourcesSpec)
+    matrix: MatrixSpec | None = Field(default=None, description="many images from one spec (docs/matrix.md)")
 
 
 _MODELS: dict[str, type[BaseModel]] = {
@@ -357,6 +459,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "app": AppSpec,
     "base": BaseSpec,
     "sources": SourcesSpec,
+    "matrix": MatrixSpec,
 }
 
 
@@ -372,10 +475,15 @@ def _describe(err: dict[str, Any], origin: str) -> str:
     where_parts = [loc[0]] if len(loc) > 1 else []
     if len(loc) > 2 and loc[1].isdigit():
         where_parts = [f"{loc[0]}[{int(loc[1]) + 1}]"]
+    entry = loc[0] == "matrix" and len(loc) > 2 and loc[1] in ("include", "exclude") and loc[2].isdigit()
     where = f"[{where_parts[0]}]" if where_parts else "top level"
+    if entry:
+        where = f"[matrix] {loc[1]}[{int(loc[2]) + 1}]"
+    elif loc[0] == "matrix" and len(loc) > 2 and loc[1] in AXES:
+        key = loc[1]  # an axis value (loc ends in its index): name the axis
     etype = err["type"]
     if etype == "extra_forbidden":
-        model = _MODELS.get(table if len(loc) > 1 else "", Spec)
+        model = MatrixEntry if entry else _MODELS.get(table if len(loc) > 1 else "", Spec)
         names = _field_names(model)
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else f" Valid keys: {', '.join(names)}."
@@ -385,7 +493,11 @@ def _describe(err: dict[str, Any], origin: str) -> str:
         return f"{origin}: {where} needs the key '{key}'."
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
-    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
+    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict | list) else ""
+    if etype == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        shown += f'; write it in quotes ("{value}"): TOML reads 3.12 as a number'
+    if loc == ["matrix"] or (entry and len(loc) == 3):  # a check of the whole table or entry: no one key
+        return redact(f"{origin}: {where if entry else '[matrix]'}: {msg}.")
     return redact(f"{origin}: {where} key '{key}': {msg}{shown}.")
 
 

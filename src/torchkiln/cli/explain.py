@@ -12,7 +12,9 @@ from rich.text import Text
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
-from torchkiln.load import load_plan
+from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, refuse_impossible
+from torchkiln.load import load_matrix, load_plan
+from torchkiln.plan import BuildPlan
 from torchkiln.knowledge import load_knowledge
 from torchkiln.render.extensions import BuildEstimate, estimate_builds
 
@@ -61,9 +63,14 @@ def explain_cmd(
         float | None,
         typer.Option("--memory", min=1, help="Memory of the build machine in GiB (default: this one's available)."),
     ] = None,
+    matrix: MatrixOpt = False,
+    skip_impossible: SkipImpossibleOpt = False,
     json: JsonOpt = False,
 ) -> None:
-    """Explain the decisions behind a spec's plan: what was chosen, why, and the source of each fact."""
+    """Explain the decisions behind a spec's plan: what was chosen, why, and the source of each fact.
+
+    With --matrix: the decisions of every cell of the spec's \\[matrix], and for each impossible cell
+    its reason and fix (exit 4, or 0 with --skip-impossible)."""
     if gpus:
         if json:
             kb = load_knowledge()
@@ -74,18 +81,50 @@ def explain_cmd(
         return
     if spec is None:
         raise typer.BadParameter("give a spec, or --gpus")
-    _s, plan, _ = load_plan(spec)
-    kb = load_knowledge()
     host_cores, host_mem = host_resources()
     n_cores, mem_gib = cores or host_cores, memory or host_mem
-    estimates = estimate_builds(plan, kb, n_cores, mem_gib)
-    if json:
-        print_json({"image": plan.image_ref, "decisions": [d.__dict__ for d in plan.decisions],
-                    "warnings": list(plan.warnings),
-                    "builds": {"cores": n_cores, "memory_gib": round(mem_gib, 1),
-                               "estimates": [e.to_dict() for e in estimates]}})
+    if matrix:
+        _explain_matrix(spec, n_cores, mem_gib, skip_impossible, json)
         return
-    t = Table(title=f"Why {escape(plan.image_ref)} is built this way", title_justify="left")
+    _s, plan, _ = load_plan(spec)
+    if json:
+        print_json(_explain_json(plan, n_cores, mem_gib))
+        return
+    _explain(plan, n_cores, mem_gib)
+
+
+def _explain_json(plan: BuildPlan, n_cores: int, mem_gib: float) -> dict[str, object]:
+    estimates = estimate_builds(plan, load_knowledge(), n_cores, mem_gib)
+    return {"image": plan.image_ref, "decisions": [d.__dict__ for d in plan.decisions],
+            "warnings": list(plan.warnings),
+            "builds": {"cores": n_cores, "memory_gib": round(mem_gib, 1),
+                       "estimates": [e.to_dict() for e in estimates]}}
+
+
+def _explain_matrix(spec: Path, n_cores: int, mem_gib: float, skip: bool, as_json: bool) -> None:
+    _s, cells, _ = load_matrix(spec)
+    if as_json:
+        print_json({"spec": str(spec), "cells": [
+            {"cell": c.cell.index, "label": c.cell.label, "values": c.cell.to_dict(), "ok": c.ok,
+             **({"explain": {**_explain_json(c.plan, n_cores, mem_gib), "image": c.image}} if c.plan is not None
+                else {"error": c.error.to_dict() if c.error else None})}
+            for c in cells]})
+    else:
+        console.print(cells_table(spec, cells))
+        for c in cells:
+            console.print(Text(f"\ncell {c.cell.index}: {c.cell.label}", style="bold"))
+            if c.plan is not None:
+                _explain(c.plan, n_cores, mem_gib, image=c.image)
+            elif c.error is not None:
+                console.print(Text.assemble(("impossible: ", "red"), c.error.message, ("\n  fix: ", "bold"),
+                                            c.error.hint or ""))
+    refuse_impossible(cells, skip)
+
+
+def _explain(plan: BuildPlan, n_cores: int, mem_gib: float, image: str | None = None) -> None:
+    kb = load_knowledge()
+    estimates = estimate_builds(plan, kb, n_cores, mem_gib)
+    t = Table(title=f"Why {escape(image or plan.image_ref)} is built this way", title_justify="left")
     t.add_column("decision", style="bold", overflow="fold")
     t.add_column("choice", overflow="fold")
     t.add_column("why", overflow="fold")

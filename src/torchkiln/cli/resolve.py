@@ -11,7 +11,8 @@ from rich.text import Text
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
-from torchkiln.load import load_plan
+from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, matrix_json, refuse_impossible
+from torchkiln.load import load_matrix, load_plan
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
 from torchkiln.render.extensions import estimate_builds
@@ -63,13 +64,20 @@ def _summary(path: Path, plan: BuildPlan) -> Table:
 @app.command("resolve")
 def resolve_cmd(
     specs: Annotated[list[Path], typer.Argument(help="kiln.toml files (or folders holding one).", show_default=False)],
+    matrix: MatrixOpt = False,
+    skip_impossible: SkipImpossibleOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Check spec(s) against the knowledge base and print the pinned plan.
 
     Exits 0 when every spec resolves; 3 for an invalid spec, 4 for an impossible combination
-    (the message says what would work instead).
+    (the message says what would work instead). With --matrix: every cell of each spec's \\[matrix],
+    resolved before anything is built; exit 4 lists each impossible cell with its reason and fix
+    (0 with --skip-impossible).
     """
+    if matrix:
+        _resolve_matrix(specs, skip_impossible, json)
+        return
     results = []
     for path in specs:
         _spec, plan, _ = load_plan(path)
@@ -80,3 +88,15 @@ def resolve_cmd(
         return
     for path, plan in results:
         console.print(_summary(path, plan))
+
+
+def _resolve_matrix(specs: list[Path], skip: bool, as_json: bool) -> None:
+    loaded = [(path, load_matrix(path)[1]) for path in specs]
+    if as_json:
+        data = [matrix_json(path, cells) for path, cells in loaded]
+        print_json(data[0] if len(data) == 1 else data)
+    else:
+        for path, cells in loaded:
+            console.print(cells_table(path, cells))
+    for _path, cells in loaded:
+        refuse_impossible(cells, skip)
