@@ -42,7 +42,7 @@ SAME_PROBLEM = {
     "KL006": {"DL3064"},
     "KL016": {"DL3006", "DL3007"},
     "KL027": {"DL3032", "DL3040", "DL3019"},
-    "KL028": {"DL1000"},
+    "KL028": {"DL1000", "SC1072"},  # SC1072: ShellCheck could not parse the RUN; DL1000: nor hadolint the file
 }
 
 

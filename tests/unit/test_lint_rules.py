@@ -218,3 +218,18 @@ def test_kl014_claim_holds_in_a_real_shell(shell: str) -> None:
     assert lint_text(f"FROM python:3.11-slim-bookworm\nRUN {quoted}\nUSER 1000\n") == []
     ok = subprocess.run([shell, "-c", quoted], capture_output=True, text=True, check=True)
     assert ok.stdout.strip() == "8.0;9.0+PTX"
+
+
+def test_kl028_names_no_line_of_the_joined_run_and_says_what_is_open() -> None:
+    """BuildKit joins a RUN's `\\` continuations into one line, so bash's "line 2" (its count for
+    the end of the text) would point at nothing; the message says what is left open instead."""
+    text = (
+        "FROM ubuntu:24.04\n"
+        "RUN \\\n"
+        "    if [ \"$TZ\" = x ]; then sed -i s/a/b/ /etc/apt/sources.list fi \\\n"
+        "    && apt-get update\n"
+    )
+    (f,) = [f for f in lint_text(text) if f.rule == "KL028"]
+    assert f.line == 2
+    assert "line 2" not in f.message
+    assert "unexpected end of file" in f.message and "`fi`" in f.message

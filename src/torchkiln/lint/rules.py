@@ -1709,7 +1709,17 @@ def bash_syntax_error(text: str) -> str | None:
     if r.returncode == 0:
         return None
     lines = [ln.split(": ", 2)[-1] for ln in r.stderr.strip().splitlines() if "syntax error" in ln or "unexpected" in ln]
-    return "; ".join(lines) or r.stderr.strip().splitlines()[-1]
+    msg = "; ".join(lines) or r.stderr.strip().splitlines()[-1]
+    if "\n" not in text.strip():
+        # BuildKit joins the `\` continuations into one line; bash then counts the end of the text
+        # as "line 2", which names no line of the Dockerfile.
+        msg = re.sub(r"(^|; )line \d+: ", r"\1", msg)
+    if "unexpected end of file" in msg:
+        msg += (
+            " (an `if`, loop, `case`, `{`, or a trailing `&&`/`||`/`|` is still open where the RUN ends; "
+            "after `\\` joins the lines, the command before `fi`/`done` needs its own `;`)"
+        )
+    return msg
 
 # ---------------------------------------------------------------------------------------------
 # KL029: an unquoted version specifier is a redirection
