@@ -11,14 +11,17 @@ library's ``subprocess`` has no such wrapper and the runner is passed in, never 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -180,6 +183,54 @@ class Runner:
             details = f"$ {shown}\n{result.tail(self.tail_lines)}".rstrip()
             raise error(f"{name} failed (exit code {result.returncode}).", hint, details)
         return result
+
+    @contextmanager
+    def pipe(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        what: str | None = None,
+        hint: str | None = None,
+        error: ErrorFactory = _default_error,
+        pipe_size: int = 1 << 20,
+    ) -> Iterator[int]:
+        """Run ``argv`` with its stdout on a pipe and yield the pipe's read end (a file descriptor).
+
+        The pipe is enlarged to ``pipe_size`` where the kernel allows (fewer wake-ups between the
+        writer and the reader). After the body the child is waited for, and a non-zero exit raises
+        ``error(message, hint, stderr tail)``; if the body raises, the child is stopped first.
+        """
+        args = [str(a) for a in argv]
+        args[0] = self.which(args[0])
+        child_env = {**os.environ, **self.env}
+        shown = shlex.join(args)
+        log.debug("run: %s", shown)
+        if self.echo is not None:
+            self.echo(shown)
+        with tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(args, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=err, bufsize=0)
+            except OSError as e:
+                raise EngineMissingError(f"`{args[0]}` cannot be started ({e.strerror}).") from None
+            assert proc.stdout is not None
+            fd = proc.stdout.fileno()
+            with suppress(OSError, AttributeError):
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, pipe_size)  # type: ignore[attr-defined]
+            try:
+                yield fd
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                proc.stdout.close()
+                raise
+            proc.stdout.close()
+            code = proc.wait()
+            if code != 0:
+                err.seek(0)
+                tail = "\n".join(err.read().decode("utf-8", "replace").strip().splitlines()[-self.tail_lines:])
+                raise error(f"{what or Path(args[0]).name} failed (exit code {code}).", hint,
+                            f"$ {shown}\n{tail}".rstrip())
 
     def _stream(
         self,

@@ -430,3 +430,72 @@ def test_streamed_archive_gives_the_same_report_as_the_file(tmp_path: Path) -> N
     with path.open("rb") as f:
         streamed = inspect_image_stream(f, TARGETS, source=str(path), tag="test/waste:1").to_dict()
     assert streamed == from_file  # the JSON report holds no timings: identical, archive size included
+
+
+def test_archive_read_from_a_pipe_gives_the_same_report(tmp_path: Path) -> None:
+    """The engine's save arrives on a pipe: skipped content is spliced away, the report is the file's."""
+    import os
+    import threading
+
+    from torchkiln.inspect.analyze import inspect_image_stream
+
+    path = docker_archive(tmp_path / "img.tar", sample_layers())
+    from_file = inspect_path(path, TARGETS, tag="test/waste:1").to_dict()
+    r, w = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as out:
+            out.write(path.read_bytes())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        streamed = inspect_image_stream(r, TARGETS, source=str(path), tag="test/waste:1").to_dict()
+    finally:
+        writer.join()
+        os.close(r)
+    assert streamed == from_file
+
+
+@pytest.mark.parametrize("through_pipe", [True, False])
+def test_forward_reader_reads_peeks_and_skips(through_pipe: bool) -> None:
+    import os
+    import threading
+
+    from torchkiln.images._io import ForwardReader, Window
+
+    data = bytes(range(256)) * 40_000  # 10 MB, bigger than the reader's buffer
+    if through_pipe:
+        r, w = os.pipe()
+        writer = threading.Thread(target=_write_all, args=(w, data))
+        writer.start()
+        reader = ForwardReader(r, buffer_size=1 << 16)
+    else:
+        reader = ForwardReader(io.BytesIO(data), buffer_size=1 << 16)
+    assert reader.peek(4) == data[:4] and reader.tell() == 0
+    assert reader.read(3) == data[:3]
+    reader.seek(100_000)  # skipped: spliced to /dev/null from a pipe
+    assert reader.read(10) == data[100_000:100_010]
+    big = reader.read(3_000_000)  # larger than the buffer: read straight into the result
+    assert big == data[100_010:3_100_010]
+    window = Window(reader, 1000)
+    assert window.peek(8) == data[3_100_010:3_100_018]
+    window.seek(990)
+    assert window.read() == data[3_100_010 + 990:3_101_010] and window.read() == b""
+    with pytest.raises(io.UnsupportedOperation):
+        reader.seek(5)
+    reader.seek(1 << 62)  # to the end
+    assert reader.tell() == len(data) and reader.read(1) == b""
+    if through_pipe:
+        writer.join()
+        os.close(r)
+    reader.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    import os
+
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.close(fd)

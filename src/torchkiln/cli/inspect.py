@@ -76,10 +76,17 @@ def _print_image(report: InspectReport, top: int) -> None:
     assert img is not None
     tags = ", ".join(img.tags) or "untagged"
     plat = "/".join(x for x in (img.os, img.architecture) if x)
+    archive = f", archive {human(img.archive_size)}" if img.archive_size is not None else ""
     console.print(
         f"[bold]{escape(report.source)}[/bold]  {img.format}  {escape(tags)}  {plat}  "
-        f"{human(img.size)} in {len(img.layers)} layer(s), archive {human(img.archive_size)}"
+        f"{human(img.size)} in {len(img.layers)} layer(s){archive}"
     )
+    rd = report.read
+    if rd.path == "direct":
+        console.print(f"[dim]read in place from {rd.engine}'s {rd.storage} storage[/dim]")
+    elif rd.path == "export":
+        why = f" because {escape(rd.reason)}" if rd.reason else ""
+        console.print(f"[dim]exported with {rd.engine} save{why}[/dim]")
     t = Table(title="Layers", title_justify="left")
     t.add_column("#", justify="right")
     t.add_column("size", justify="right")
@@ -282,6 +289,16 @@ def inspect_cmd(
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when a CUDA binary has no kernel image for some target.")
     ] = False,
+    read: Annotated[
+        str,
+        typer.Option(
+            "--read",
+            help="For an image name: 'direct' reads its layer folders in place (local engine, root, docker's"
+            " overlay2 or podman's overlay storage), 'export' exports it with the engine's save first,"
+            " 'auto' reads in place where it can and exports otherwise.",
+            metavar="auto|direct|export",
+        ),
+    ] = "auto",
     json: JsonOpt = False,
 ) -> int:
     """Show layers, wasted bytes and the GPU architectures of every CUDA binary of an image, wheel or .so.
@@ -292,9 +309,11 @@ def inspect_cmd(
     Exit codes: 0 done; 1 with --check when a binary would fail with "no kernel image"; 7 for a
     missing or damaged input; 4 for an unknown target GPU.
     """
+    if read not in ("auto", "direct", "export"):
+        raise typer.BadParameter(f"{read!r} is not one of auto, direct, export.", param_hint="--read")
     tg = _targets(targets, spec)
     path = Path(target).expanduser()
-    with _progress(not json) as progress:
+    with _progress(True) as progress:
         if path.exists():
             report = inspect_path(path, tg, all_sections=all_sections, progress=progress)
         elif looks_like_path(target):
@@ -308,7 +327,9 @@ def inspect_cmd(
 
             echo = (lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]")) if state.debug else None
             engine = get_engine(engine_name, Runner(echo=echo))
-            report = inspect_image_name(target, tg, engine, all_sections=all_sections, progress=progress)
+            report = inspect_image_name(
+                target, tg, engine, all_sections=all_sections, progress=progress, read=read  # type: ignore[arg-type]
+            )
     if json:
         print_json(report.to_dict())
     else:

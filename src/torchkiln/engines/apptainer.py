@@ -353,7 +353,7 @@ class ApptainerEngine(Engine):
     def _gpu_flags(self) -> list[str]:
         return ["--nv"]
 
-    def _save_command(self, image: str, dest: Path) -> list[str]:
+    def _save_command(self, image: str, dest: Path | None) -> list[str]:
         raise self._no_store("save images", "Copy the .sif file.")
 
 

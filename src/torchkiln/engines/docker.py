@@ -65,8 +65,8 @@ class DockerEngine(Engine):
     def _gpu_flags(self) -> list[str]:
         return ["--gpus", "all"]
 
-    def _save_command(self, image: str, dest: Path) -> list[str]:
-        return [self.info.binary, "save", "-o", str(dest), image]
+    def _save_command(self, image: str, dest: Path | None) -> list[str]:
+        return [self.info.binary, "save", *(["-o", str(dest)] if dest is not None else []), image]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import json
 import re
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -130,11 +131,21 @@ class ImageDetails:
     env: tuple[str, ...]
     labels: Mapping[str, str]
     created: str
+    #: the image's tags as the engine lists them
+    repo_tags: tuple[str, ...] = ()
+    #: uncompressed layer digests, base first (``RootFS.Layers``)
+    diff_ids: tuple[str, ...] = ()
+    #: the storage driver (``GraphDriver.Name``: overlay2 for docker, overlay for podman) and its data
+    #: (``LowerDir``, ``UpperDir``: the layer folders on the engine's machine)
+    driver: str = ""
+    driver_data: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_inspect(cls, data: Mapping[str, Any]) -> ImageDetails:
         config = data.get("Config") or {}
         rootfs = data.get("RootFS") or {}
+        graph = data.get("GraphDriver") if isinstance(data.get("GraphDriver"), dict) else {}
+        gdata = graph.get("Data") if isinstance(graph.get("Data"), dict) else {}
         return cls(
             id=str(data.get("Id", "")),
             size=int(data.get("Size", 0)),
@@ -143,6 +154,10 @@ class ImageDetails:
             env=tuple(config.get("Env") or ()),
             labels=dict(config.get("Labels") or {}),
             created=str(data.get("Created", "")),
+            repo_tags=tuple(str(t) for t in data.get("RepoTags") or () if isinstance(t, str)),
+            diff_ids=tuple(str(d) for d in rootfs.get("Layers") or () if isinstance(d, str)),
+            driver=str(graph.get("Name") or ""),
+            driver_data={str(k): str(v) for k, v in gdata.items() if isinstance(v, str)},
         )
 
 
@@ -301,6 +316,15 @@ class Engine(ABC):
         )
         return dest
 
+    @contextmanager
+    def save_stream(self, image: str) -> Iterator[int]:
+        """``image`` as a docker-archive on a pipe (the engine's ``save`` to stdout): yields its read end."""
+        with self.runner.pipe(
+            self._save_command(image, None), what=f"{self.name} save {image}",
+            error=lambda m, h, d: InputError(m, h or f"Check that `{image}` exists: `kiln build` it first.", details=d),
+        ) as fd:
+            yield fd
+
     def image_exists(self, image: str) -> bool:
         r = self.runner.run([self.info.binary, "image", "inspect", image], check=False)
         return r.returncode == 0
@@ -374,7 +398,8 @@ class Engine(ABC):
     def _gpu_flags(self) -> list[str]: ...
 
     @abstractmethod
-    def _save_command(self, image: str, dest: Path) -> list[str]: ...
+    def _save_command(self, image: str, dest: Path | None) -> list[str]:
+        """The engine's save of ``image`` as a docker-archive to ``dest`` (to stdout for None)."""
 
 
 def _stdin_is_tty() -> bool:

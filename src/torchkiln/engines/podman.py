@@ -97,8 +97,9 @@ class PodmanEngine(Engine):
         # the Container Device Interface name that nvidia-ctk generates
         return ["--device", "nvidia.com/gpu=all"]
 
-    def _save_command(self, image: str, dest: Path) -> list[str]:
-        return [self.info.binary, "save", "--format", "docker-archive", "-o", str(dest), image]
+    def _save_command(self, image: str, dest: Path | None) -> list[str]:
+        out = ["-o", str(dest)] if dest is not None else []
+        return [self.info.binary, "save", "--format", "docker-archive", *out, image]
 
 
 def probe_podman(runner: Runner, binary: str | None = None, search_path: str | None = None) -> Probe:

@@ -138,3 +138,202 @@ class TimedReader(io.RawIOBase):
         if self._stats is not None:
             self._stats.add(len(data), time.perf_counter() - t)
         return data
+
+
+class ForwardReader(io.RawIOBase):
+    """A stream read once, front to back, with ``seek`` forward: what :class:`tarfile.TarFile` needs
+    to walk a tar from a pipe in its random-access mode, without its stream mode's copies.
+
+    Python's stream-mode tar reader (``r|``) keeps a 1 MiB buffer and slices it on every read, so
+    each 512-byte header costs a copy of the rest of the buffer, and skipped members are read and
+    copied in full: on an image that was most of its CPU time. Here reads are served from a buffer
+    refilled in place (``os.readv`` into a ``bytearray``), a read copies only what it returns, and
+    a forward ``seek`` over content nobody asks for moves it from the pipe to ``/dev/null`` in the
+    kernel (``os.splice``), never through Python. ``source`` is a file descriptor (a pipe) or a
+    readable object (a decompressor); ``tell`` is the number of bytes consumed.
+    """
+
+    def __init__(self, source: int | _Readable, buffer_size: int = 4 << 20) -> None:
+        super().__init__()
+        self._fd = source if isinstance(source, int) else -1
+        self._src = None if isinstance(source, int) else source
+        self._buf = bytearray(buffer_size)
+        self._lo = self._hi = 0
+        self._pos = 0
+        self._eof = False
+        self._null = -1
+        self._splice = self._fd >= 0 and hasattr(os, "splice") and _is_pipe(self._fd)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True  # forward only; tarfile's random-access mode seeks forward alone on one pass
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        if self._null >= 0:
+            os.close(self._null)
+            self._null = -1
+        super().close()
+
+    def _fill(self) -> int:
+        """Read more into the buffer (after what it holds); bytes read, 0 at the end."""
+        if self._eof:
+            return 0
+        if self._lo == self._hi:
+            self._lo = self._hi = 0
+        elif self._hi == len(self._buf):
+            n = self._hi - self._lo
+            self._buf[:n] = self._buf[self._lo:self._hi]
+            self._lo, self._hi = 0, n
+        view = memoryview(self._buf)[self._hi:]
+        if self._fd >= 0:
+            got = os.readv(self._fd, [view])
+        else:
+            assert self._src is not None
+            data = self._src.read(len(view))
+            got = len(data)
+            view[:got] = data
+        view.release()
+        if got == 0:
+            self._eof = True
+        self._hi += got
+        return got
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            chunks = []
+            while chunk := self.read(len(self._buf)):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        if self._hi - self._lo >= size:
+            out = bytes(self._buf[self._lo:self._lo + size])
+            self._lo += size
+            self._pos += size
+            return out
+        if size <= len(self._buf) // 2:
+            while self._hi - self._lo < size and self._fill():
+                pass
+            n = min(size, self._hi - self._lo)
+            out = bytes(self._buf[self._lo:self._lo + n])
+            self._lo += n
+            self._pos += n
+            return out
+        # a large read (a file's whole content): what is buffered, then straight into the result
+        out_buf = bytearray(size)
+        n = self._hi - self._lo
+        out_buf[:n] = self._buf[self._lo:self._hi]
+        self._lo = self._hi = 0
+        view = memoryview(out_buf)
+        while n < size and not self._eof:
+            if self._fd >= 0:
+                got = os.readv(self._fd, [view[n:]])
+            else:
+                assert self._src is not None
+                data = self._src.read(size - n)
+                got = len(data)
+                view[n:n + got] = data
+            if got == 0:
+                self._eof = True
+            n += got
+        view.release()
+        self._pos += n
+        return bytes(out_buf) if n == size else bytes(out_buf[:n])
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def peek(self, size: int) -> bytes:
+        """Up to ``size`` bytes ahead (at most the buffer's size), without consuming them."""
+        size = min(size, len(self._buf))
+        while self._hi - self._lo < size and self._fill():
+            pass
+        return bytes(self._buf[self._lo:self._lo + size])
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence != io.SEEK_SET:
+            raise io.UnsupportedOperation("a forward reader cannot seek from the end")
+        skip = offset - self._pos
+        if skip < 0:
+            raise io.UnsupportedOperation(f"a forward reader cannot seek back ({self._pos} -> {offset})")
+        buffered = min(skip, self._hi - self._lo)
+        self._lo += buffered
+        self._pos += buffered
+        skip -= buffered
+        while skip > 0 and not self._eof:
+            got = self._discard(skip)
+            if got == 0:
+                self._eof = True
+            skip -= got
+            self._pos += got
+        return self._pos
+
+    def _discard(self, n: int) -> int:
+        if self._splice:
+            if self._null < 0:
+                self._null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                return os.splice(self._fd, self._null, min(n, 1 << 30))
+            except OSError:
+                self._splice = False
+        got = self._fill() if self._hi - self._lo == 0 else 0
+        k = min(n, self._hi - self._lo)
+        self._lo += k
+        return k if k or got else 0
+
+
+class Window(io.RawIOBase):
+    """``size`` bytes of a :class:`ForwardReader` from its current position: one member's content
+    as a stream of its own (a layer tar inside an image tar), forward-seekable like its reader."""
+
+    def __init__(self, outer: ForwardReader, size: int) -> None:
+        super().__init__()
+        self._outer = outer
+        self._start = outer.tell()
+        self._size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._outer.tell() - self._start
+
+    def peek(self, size: int) -> bytes:
+        return self._outer.peek(min(size, self._size - self.tell()))
+
+    def read(self, size: int = -1) -> bytes:
+        left = self._size - self.tell()
+        size = left if size is None or size < 0 else min(size, left)
+        return self._outer.read(size) if size > 0 else b""
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self.tell()
+        elif whence == io.SEEK_END:
+            offset += self._size
+        self._outer.seek(self._start + min(offset, self._size))
+        return self.tell()
+
+
+def _is_pipe(fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False

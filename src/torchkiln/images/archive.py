@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from torchkiln.errors import InputError
-from torchkiln.images._io import IOStats, RangeFile, TimedReader
+from torchkiln.images._io import ForwardReader, IOStats, RangeFile, TimedReader, Window
 from torchkiln.images.layers import Member, member_of, norm_path
 from torchkiln.images.meta import (
     GZIP_MAGIC,
@@ -267,9 +267,15 @@ def decompressed(blob: IO[bytes], compression: Compression, what: str, stats: IO
 
 
 def iter_layer_stream(stream: IO[bytes], what: str, stats: IOStats | None = None) -> Iterator[Member]:
-    """The entries of a layer tar read once, in order, from a sequential stream (a pipe, a decompressor)."""
+    """The entries of a layer tar read once, in order, from a sequential stream (a pipe, a decompressor).
+
+    The stream is walked by :class:`tarfile.TarFile` in its random-access mode over a
+    :class:`~torchkiln.images._io.ForwardReader` (it only ever seeks forward on one pass), which
+    copies only what is read and skips the rest without copying it.
+    """
+    reader = stream if isinstance(stream, (ForwardReader, Window)) else ForwardReader(stream)
     try:
-        with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:
+        with tarfile.open(fileobj=reader, mode="r:") as tar:  # type: ignore[call-overload]
             for ti in tar:
                 m = member_of(ti)
                 if m.type == "file":

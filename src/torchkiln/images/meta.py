@@ -19,7 +19,7 @@ from typing import Any, Literal
 from torchkiln.errors import InputError
 
 Compression = Literal["none", "gzip", "zstd"]
-ImageFormat = Literal["docker-archive", "oci-layout"]
+ImageFormat = Literal["docker-archive", "oci-layout", "engine-storage"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

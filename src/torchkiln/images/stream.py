@@ -8,12 +8,13 @@ the same parser as for an archive file). Layer blobs are told from the other fil
 
 from __future__ import annotations
 
+import io
 import tarfile
 from collections.abc import Callable, Iterator
 from typing import IO, TypeVar
 
 from torchkiln.errors import InputError
-from torchkiln.images._io import IOStats
+from torchkiln.images._io import ForwardReader, IOStats, Window
 from torchkiln.images.archive import decompressed, is_tar, iter_layer_stream
 from torchkiln.images.layers import Member, norm_path
 from torchkiln.images.meta import GZIP_MAGIC, ZSTD_MAGIC, ImageMeta, compression_of, docker_archive_meta, parse_json
@@ -22,55 +23,25 @@ T = TypeVar("T")
 _JSON_LIMIT = 64 << 20
 
 
-class _Counted:
-    """Counts the bytes read from a pipe (the archive's size, as a saved file would have)."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self.f, self.n = f, 0
-
-    def read(self, n: int = -1) -> bytes:
-        b = self.f.read(n)
-        self.n += len(b)
-        return b
-
-    def drain(self) -> int:
-        while self.read(1 << 20):
-            pass
-        return self.n
-
-
-class _Prefixed:
-    """A reader that returns ``head`` first, then the rest of ``f``."""
-
-    def __init__(self, head: bytes, f: IO[bytes]) -> None:
-        self.head, self.f = head, f
-
-    def read(self, n: int = -1) -> bytes:
-        if self.head:
-            if n < 0:
-                out, self.head = self.head + self.f.read(), b""
-                return out
-            out, self.head = self.head[:n], self.head[n:]
-            return out
-        return self.f.read(n)
-
-
 def read_saved_stream(
-    stream: IO[bytes],
+    stream: IO[bytes] | int,
     source: str,
     tag: str | None,
     scan: Callable[[Iterator[Member]], T],
     stats: IOStats | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str, int], None] | None = None,
 ) -> tuple[ImageMeta, list[T]]:
-    """Scan every layer of a docker-archive stream once; returns the image and one scan per layer, in order."""
+    """Scan every layer of a docker-archive stream once; returns the image and one scan per layer, in order.
+
+    ``stream`` is a file descriptor (a pipe: skipped bytes are spliced to /dev/null) or a readable
+    object. ``progress(name, size)`` is told of each layer as it begins.
+    """
     small: dict[str, bytes] = {}
     layers: dict[str, tuple[int, bytes, T]] = {}
     aliases: dict[str, str] = {}
-    total = 0
-    counted = _Counted(stream)
+    reader = ForwardReader(stream)
     try:
-        with tarfile.open(fileobj=counted, mode="r|", bufsize=1 << 20) as outer:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=reader, mode="r:") as outer:  # type: ignore[call-overload]
             for ti in outer:
                 name = norm_path(ti.name)
                 if ti.issym() or ti.islnk():
@@ -79,24 +50,25 @@ def read_saved_stream(
                     continue
                 if not ti.isreg():
                     continue
-                total += ti.size
-                f = outer.extractfile(ti)
-                assert f is not None
-                head = f.read(512)
+                window = Window(reader, ti.size)
+                head = window.peek(512)
                 is_layer = (name.endswith("/layer.tar") or is_tar(head) or head.startswith((GZIP_MAGIC, ZSTD_MAGIC))
                             or (len(head) == 512 and not head.strip(b"\0")))
                 if not is_layer:
                     if ti.size <= _JSON_LIMIT:  # manifest.json, configs, VERSION, repositories
-                        small[name] = head + f.read()
+                        small[name] = window.read()
                     continue
                 if progress:
-                    progress(f"reading {name} ({ti.size / 1e6:.0f} MB, {total / 1e9:.2f} GB so far)")
+                    progress(name, ti.size)
                 comp = compression_of(head, None)
                 what = f"layer {name} of {source}"
-                members = iter_layer_stream(decompressed(_Prefixed(head, f), comp, what, stats), what, stats)  # type: ignore[arg-type]
-                layers[name] = (ti.size, head[:4], scan(members))
-        size = counted.drain()
-    except (tarfile.TarError, EOFError, ValueError) as e:
+                layer: IO[bytes] = window  # type: ignore[assignment]
+                if comp != "none":
+                    layer = ForwardReader(decompressed(window, comp, what, stats))  # type: ignore[arg-type]
+                layers[name] = (ti.size, head[:4], scan(iter_layer_stream(layer, what, stats)))
+        reader.seek(1 << 62)  # what follows the tar's end (the engine's padding): skipped, counted
+        size = reader.tell()
+    except (tarfile.TarError, EOFError, ValueError, io.UnsupportedOperation) as e:
         raise InputError(f"{source} is not a readable docker-archive stream ({e}).",
                          hint="Check that the engine can save the image (`docker save IMAGE > /dev/null`).") from None
 

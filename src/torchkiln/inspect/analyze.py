@@ -1,7 +1,7 @@
 """Inspect an image, a wheel or one ELF file: read it, then compute waste and GPU coverage.
 
-This is the side-effect layer of ``kiln inspect`` (it reads files and, for an image name, asks the
-container engine to export the image); everything it computes is delegated to the pure modules
+This is the side-effect layer of ``kiln inspect`` (it reads files and, for an image name, reads the
+layer folders of the engine's storage in place or asks the engine to export the image); everything it computes is delegated to the pure modules
 (``waste``, ``coverage``) and returned as an :class:`~torchkiln.inspect.report.InspectReport`.
 """
 
@@ -16,8 +16,8 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
@@ -42,6 +42,7 @@ from torchkiln.inspect.report import (
     ImageInfo,
     InspectReport,
     LayerReport,
+    ReadInfo,
     ReportKind,
     ScanStats,
 )
@@ -49,6 +50,7 @@ from torchkiln.inspect.waste import FileRecord, LayerFiles, WasteReport, find_wa
 
 if TYPE_CHECKING:
     from torchkiln.engines import Engine
+    from torchkiln.images.storage import StoredImage
 
 #: the smallest file that can be an ELF file with device code (an ELF64 header alone is 64 bytes)
 MIN_ELF = 64
@@ -61,6 +63,8 @@ _HINT_KINDS = (
 )
 
 Owner = tuple[str, str | None]
+#: how an image name is read: in place where it can be (auto), only in place, or exported
+ReadMode = Literal["auto", "direct", "export"]
 
 
 def _is_metadata(path: str) -> bool:
@@ -379,6 +383,7 @@ def image_report(
             continue  # deleted or replaced later: not in the image as it runs
         binaries.append(_binary("/" + p, size, read, targets, owners.get(p), layer))
 
+    in_place = meta.format == "engine-storage"
     layer_reports = []
     for ref, lf in zip(meta.layers, layers, strict=True):
         layer_reports.append(
@@ -386,20 +391,61 @@ def image_report(
                 index=ref.index,
                 digest=ref.digest,
                 created_by=ref.created_by,
-                blob_size=ref.blob_size,
+                blob_size=None if in_place else ref.blob_size,
                 compression=ref.compression,
                 size=sum(r.size for r in lf.records),
                 files=sum(1 for r in lf.records if r.type == "file"),
                 wasted=waste.per_layer.get(ref.index, 0),
             )
         )
-    info = ImageInfo(meta.format, meta.tags, meta.os, meta.architecture, meta.archive_size, tuple(layer_reports))
+    info = ImageInfo(meta.format, meta.tags, meta.os, meta.architecture, None if in_place else meta.archive_size,
+                     tuple(layer_reports))
     notes = []
     if waste.compiler:
         notes.append(
             f"The image has a compiler (/{waste.compiler}), so headers and static libraries are not counted as waste."
         )
     return _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes)
+
+
+class Meter:
+    """Progress of a long read on a terminal: bytes of file content covered of the total, and the
+    layer being read; at most five updates a second (a message per file would cost more than the read)."""
+
+    def __init__(self, progress: Callable[[str], None] | None, total: int, verb: str) -> None:
+        self.progress, self.total, self.verb = progress, total, verb
+        self.done = 0
+        self.layer = ""
+        self._last = 0.0
+
+    def start_layer(self, index: int, count: int, what: str) -> None:
+        what = what if len(what) <= 60 else what[:57] + "..."
+        self.layer = f"layer {index + 1}{f'/{count}' if count else ''}: {what}"
+        self._emit()
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None and time.monotonic() - self._last > 0.2:
+            self._emit()
+
+    def _emit(self) -> None:
+        if self.progress is None:
+            return
+        self._last = time.monotonic()
+        of = f" of {self.total / 1e6:,.0f}" if self.total else ""
+        self.progress(f"{self.verb} {self.done / 1e6:,.0f}{of} MB; {self.layer}")
+
+    def members(self, members: Iterable[Member]) -> Iterator[Member]:
+        for m in members:
+            self.add(m.size)
+            yield m
+
+
+def _stats(scans: Sequence[LayerScan], io_stats: IOStats, t0: float) -> ScanStats:
+    return ScanStats(
+        sum(s.files for s in scans), sum(s.elf_files for s in scans), io_stats.bytes_read,
+        time.perf_counter() - t0, io_stats.read_seconds,
+    )
 
 
 def inspect_image_archive(
@@ -417,15 +463,33 @@ def inspect_image_archive(
     scans: list[LayerScan] = []
     with ImageArchive(path, tag=tag, stats=io_stats) as img:
         meta = img.meta
+        meter = Meter(progress, sum(ref.blob_size for ref in meta.layers), "reading")
         for ref in meta.layers:
-            if progress:
-                progress(f"layer {ref.index + 1}/{len(meta.layers)}: {ref.created_by or ref.digest}")
-            scans.append(scan_layer(img.iter_layer(ref), targets, all_sections=all_sections))
-    stats = ScanStats(
-        sum(s.files for s in scans), sum(s.elf_files for s in scans), io_stats.bytes_read,
-        time.perf_counter() - t0, io_stats.read_seconds,
-    )
-    return image_report(meta, scans, targets, source or str(path), stats)
+            meter.start_layer(ref.index, len(meta.layers), ref.created_by or ref.digest)
+            scans.append(scan_layer(meter.members(img.iter_layer(ref)), targets, all_sections=all_sections))
+    return image_report(meta, scans, targets, source or str(path), _stats(scans, io_stats, t0))
+
+
+def inspect_stored_image(
+    stored: StoredImage,
+    targets: Sequence[Target],
+    *,
+    all_sections: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> InspectReport:
+    """An image read in place from the engine's layer folders (:mod:`torchkiln.images.storage`)."""
+    from torchkiln.images.storage import iter_layer_dir, stored_meta
+
+    t0 = time.perf_counter()
+    io_stats = IOStats()
+    meta = stored_meta(stored)
+    meter = Meter(progress, stored.size, f"reading {stored.engine}'s {stored.driver} storage:")
+    scans: list[LayerScan] = []
+    for ref, folder in zip(meta.layers, stored.layer_dirs, strict=True):
+        meter.start_layer(ref.index, len(meta.layers), ref.created_by or ref.digest)
+        scans.append(scan_layer(meter.members(iter_layer_dir(folder, io_stats)), targets, all_sections=all_sections))
+    report = image_report(meta, scans, targets, stored.name, _stats(scans, io_stats, t0))
+    return replace(report, read=ReadInfo("direct", stored.engine, stored.driver))
 
 
 def inspect_image_name(
@@ -435,23 +499,45 @@ def inspect_image_name(
     *,
     all_sections: bool = False,
     progress: Callable[[str], None] | None = None,
+    read: ReadMode = "auto",
 ) -> InspectReport:
-    """An image in the local engine: exported with ``save`` to a temporary archive, then read."""
-    if not engine.image_exists(image):
+    """An image in the local engine: read in place from its storage where it can be (``read``
+    "auto" or "direct"), else exported with ``save`` and read (``read`` "export", or the fallback)."""
+    from torchkiln.images.storage import NotInPlace, locate
+
+    try:
+        details = engine.inspect_image(image)
+    except InputError:
         raise InputError(
             f"no image {image!r} in {engine.name}, and no file of that name.",
             hint=f"Build it (`kiln build`), pull it (`{engine.name} pull {image}`), or give a path to an archive.",
+        ) from None
+    reason = None
+    if read != "export":
+        try:
+            stored = locate(
+                engine.name, image, image_id=details.id, repo_tags=details.repo_tags, diff_ids=details.diff_ids,
+                driver=details.driver, driver_data=details.driver_data, size=details.size,
+                env={**os.environ, **getattr(engine.runner, "env", {})},
+            )
+        except NotInPlace as e:
+            if read == "direct":
+                raise InputError(
+                    f"{image} cannot be read in place from {engine.name}'s storage: {e}.",
+                    hint="Leave out `--read direct` (or give `--read export`) to export it with the engine's save.",
+                ) from None
+            reason = str(e)
+        else:
+            return inspect_stored_image(stored, targets, all_sections=all_sections, progress=progress)
+    # The export is read once from the engine's save on a pipe: no temporary copy of the image;
+    # what the analysis skips is spliced to /dev/null in the kernel (torchkiln.images._io.ForwardReader).
+    if progress:
+        progress(f"exporting {image} with {engine.name} save" + (f" ({reason})" if reason else ""))
+    with engine.save_stream(image) as fd:
+        report = inspect_image_stream(
+            fd, targets, source=image, tag=image, all_sections=all_sections, progress=progress, total=details.size
         )
-    # The save is written to a temporary file and read by random access: reading `save` straight
-    # from a pipe (inspect_image_stream, no temporary copy) measured 1.3x slower here (docs/inspect.md).
-    with tempfile.TemporaryDirectory(prefix="kiln-inspect-") as tmp:
-        dest = Path(tmp) / "image.tar"
-        if progress:
-            progress(f"exporting {image} with {engine.name} save")
-        engine.save(image, dest)
-        return inspect_image_archive(
-            dest, targets, tag=image, source=image, all_sections=all_sections, progress=progress
-        )
+    return replace(report, read=ReadInfo("export", engine.name, details.driver or None, reason))
 
 
 # -- dispatch ----------------------------------------------------------------------------------------
@@ -504,24 +590,31 @@ def inspect_path(
 
 
 def inspect_image_stream(
-    stream: IO[bytes],
+    stream: IO[bytes] | int,
     targets: Sequence[Target],
     *,
     source: str,
     tag: str | None = None,
     all_sections: bool = False,
     progress: Callable[[str], None] | None = None,
+    total: int = 0,
 ) -> InspectReport:
-    """A docker-archive read once from a stream (an engine's ``save`` on a pipe): no temporary copy."""
+    """A docker-archive read once from a stream (an engine's ``save`` on a pipe, as a file
+    descriptor or a readable object): no temporary copy. ``total`` (the image's size, if known)
+    is for the progress line."""
     from torchkiln.images.stream import read_saved_stream
 
     t0 = time.perf_counter()
     io_stats = IOStats()
-    meta, scans = read_saved_stream(
-        stream, source, tag, lambda members: scan_layer(members, targets, all_sections=all_sections), io_stats, progress
-    )
-    stats = ScanStats(
-        sum(s.files for s in scans), sum(s.elf_files for s in scans), io_stats.bytes_read,
-        time.perf_counter() - t0, io_stats.read_seconds,
-    )
-    return image_report(meta, scans, targets, source, stats)
+    meter = Meter(progress, total, "reading the export:")
+    count = [0]
+
+    def layer(name: str, size: int) -> None:
+        count[0] += 1
+        meter.start_layer(count[0] - 1, 0, f"{name.split('/')[0][:12]} ({size / 1e6:,.0f} MB)")
+
+    def scan(members: Iterable[Member]) -> LayerScan:
+        return scan_layer(meter.members(members), targets, all_sections=all_sections)
+
+    meta, scans = read_saved_stream(stream, source, tag, scan, io_stats, layer if progress else None)
+    return image_report(meta, scans, targets, source, _stats(scans, io_stats, t0))

@@ -6,6 +6,8 @@ JSON shape (``InspectReport.to_dict``)::
       "kind": "image" | "wheel" | "binary",
       "source": "...",
       "targets": [{"name": "H100", "capability": "9.0"}, ...],
+      "read": {"path": "direct" | "export" | "file", "engine": "docker" | "podman" | null,
+               "storage": "overlay2" | "overlay" | null, "reason": WHY-EXPORT | null},
       "image": {format, tags, os, architecture, archive_size, size, layers: [
                  {index, digest, created_by, blob_size, compression, size, files, wasted}]} | null,
       "waste": {"total": N, "compiler": PATH | null, "categories": [
@@ -20,6 +22,12 @@ JSON shape (``InspectReport.to_dict``)::
       "summary": {files, elf_files, cuda_binaries, entries, failing_binaries, wasted, errors},
       "notes": ["..."]
     }
+
+``read`` says how the input was read: ``file`` (a path), ``direct`` (an image name read in place from
+the engine's layer folders) or ``export`` (an image name exported with the engine's ``save``;
+``reason`` says why it was not read in place, null when ``--read export`` asked for it). Read
+directly, ``image.format`` is ``engine-storage`` and ``archive_size`` and each ``blob_size`` are null
+(no archive exists); everything else is what the export of the same image reports.
 
 ``entries`` holds only SASS and PTX; ``arch`` is ``sm_XY[a|f]`` for SASS and ``compute_XY[a|f]`` for
 PTX. Paths inside images are absolute ("/usr/lib/..."); inside wheels they are the wheel's member
@@ -107,11 +115,25 @@ class BinaryReport:
 
 
 @dataclass(frozen=True)
+class ReadInfo:
+    """How the input was read (see the module docstring)."""
+
+    path: Literal["direct", "export", "file"] = "file"
+    engine: str | None = None
+    storage: str | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "engine": self.engine, "storage": self.storage, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class LayerReport:
     index: int
     digest: str
     created_by: str | None
-    blob_size: int
+    #: bytes of the layer as stored in the archive; None when read in place (no archive)
+    blob_size: int | None
     compression: str
     #: bytes of the regular files in the layer (uncompressed content)
     size: int
@@ -138,7 +160,8 @@ class ImageInfo:
     tags: tuple[str, ...]
     os: str | None
     architecture: str | None
-    archive_size: int
+    #: bytes of the archive; None when read in place from the engine's storage
+    archive_size: int | None
     layers: tuple[LayerReport, ...]
 
     @property
@@ -188,6 +211,7 @@ class InspectReport:
     waste: WasteReport | None = None
     stats: ScanStats = field(default_factory=ScanStats)
     notes: tuple[str, ...] = ()
+    read: ReadInfo = field(default_factory=ReadInfo)
 
     @property
     def failing(self) -> tuple[BinaryReport, ...]:
@@ -209,6 +233,7 @@ class InspectReport:
             "kind": self.kind,
             "source": self.source,
             "targets": [{"name": t.label, "capability": t.key} for t in self.targets],
+            "read": self.read.to_dict(),
             "image": None if self.image is None else self.image.to_dict(),
             "waste": waste,
             "binaries": [b.to_dict() for b in self.binaries],
