@@ -52,6 +52,9 @@ class BuildOptions:
     push: bool = False
     from_pip: bool = False  # import the host's pip configuration as the lowest source layer
     flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
+    #: build for this OCI platform (``--platform``); None = the builder's own (matrix builds set it only
+    #: for cells a builder makes under emulation)
+    platform: str | None = None
     #: apptainer only: where the definition's base comes from (``Bootstrap:`` / ``From:``); file
     #: paths are relative to the current folder
     apptainer: ApptainerOptions = field(default_factory=ApptainerOptions)
@@ -92,6 +95,8 @@ class BuildInvocation:
     sources: src.Sources
     #: apptainer: where its base comes from (file bootstraps are checked before the build)
     apptainer: ApptainerOptions | None = None
+    #: the OCI platform asked of the engine (``--platform``); None = the engine's own
+    platform: str | None = None
 
     @property
     def output_file(self) -> Path | None:
@@ -115,6 +120,7 @@ class BuildInvocation:
             "tags": list(self.tags),
             "push": self.push,
             "no_cache": self.no_cache,
+            "platform": self.platform,
             "scratch": str(self.scratch),
             "base_image": self.base_image,
             "sources": self.sources.to_dict(),
@@ -194,6 +200,11 @@ def plan_build(
     network = src.build_network(sources)
     if info.name == APPTAINER:
         require_runtime(options.target)
+        if options.platform:
+            raise InputError(
+                "apptainer builds for the machine it runs on: it has no --platform.",
+                hint="Build the image with docker or podman (--platform), then export it: kiln export IMAGE --format sif",
+            )
         if options.push:
             raise InputError(
                 "apptainer has no image store to push a tag from: the image is a .sif file.",
@@ -217,10 +228,11 @@ def plan_build(
     files = dockerfile_context(plan, spec_dir)
     iid = scratch / "iid"
     argv, env = engine.build_command(context, context / "Dockerfile", target=options.target, secrets=secrets,
-                                     network=network, no_cache=options.no_cache, iidfile=iid)
+                                     network=network, no_cache=options.no_cache, iidfile=iid,
+                                     **({"platform": options.platform} if options.platform else {}))
     return BuildInvocation(
         engine=info, target=options.target, image=ref, context=context, files=files,
         command=BuildCommand(tuple(argv), env, None, iid), secrets=secrets, network=network, tags=(ref,),
         push=options.push, no_cache=options.no_cache, scratch=scratch, base_image=plan.base_image,
-        python=plan.python, python_source=plan.python_source, sources=sources,
+        python=plan.python, python_source=plan.python_source, sources=sources, platform=options.platform,
     )

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.build.execute import BuildSummary, execute, plan_spec
 from torchkiln.build.invocation import BuildInvocation, BuildOptions
 from torchkiln.build.sources import layer_from_flags
@@ -249,6 +250,24 @@ def build_cmd(
         bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine command, secrets, tags; every field with --json); build nothing.")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line the engine prints.")] = False,
+    matrix: MatrixOpt = False,
+    builders: Annotated[
+        list[str] | None,
+        typer.Option("--builders", help="With --matrix: where cells build: 'default' or another docker context, a "
+                                        "DOCKER_HOST URL (unix:///…, tcp://…, ssh://…) or a buildx builder name "
+                                        "(repeatable, or comma-separated).", show_default=False),
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1, help="With --matrix: cells built at once on each builder.")
+    ] = 1,
+    emulate: Annotated[
+        bool, typer.Option("--emulate", help="With --matrix: let builders build other platforms under QEMU "
+                                             "(binfmt) instead of refusing cells no builder runs natively.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="With --matrix: rebuild every cell, also those the last run built.")
+    ] = False,
+    skip_impossible: SkipImpossibleOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Build the image a spec describes with docker (BuildKit) or podman, and tag it; or, with
@@ -256,8 +275,16 @@ def build_cmd(
 
     Package sources come from flags, then KILN_* environment variables, then the spec's \\[sources],
     then (with --sources-from-pip) pip's configuration; they reach the build as secrets only.
+
+    With --matrix --builders …: every cell of the spec's \\[matrix] on a pool of Docker builders, tagged
+    NAME:[TAG-]torchVERSION-VARIANT-pyX.Y[…] (docs/matrix.md); a re-run rebuilds only failed cells.
     """
     runner = make_runner()
+    if not matrix:
+        for option, value in (("--builders", builders), ("--emulate", emulate or None), ("--force", force or None),
+                              ("--skip-impossible", skip_impossible or None), ("--jobs", None if jobs == 1 else jobs)):
+            if value is not None:
+                raise typer.BadParameter("is for matrix builds: add --matrix", param_hint=option)
     flags = layer_from_flags(
         index_url=index_url,
         extra_index_urls=extra_index_url or (),
@@ -270,6 +297,24 @@ def build_cmd(
     )
     engine = get_engine(engine_name, runner)
     apptainer = engine.info.name == "apptainer"
+    if matrix:
+        for option, value in (("--tag", tag), ("--context", context), ("--bootstrap", bootstrap), ("--from", from_),
+                              ("--builder-from", builder_from)):
+            if value is not None:
+                raise typer.BadParameter("cannot be used with --matrix (each cell's tag and context are derived "
+                                         "from the cell: docs/matrix.md)", param_hint=option)
+        if engine.info.name != "docker":
+            raise InputError(f"matrix builds run on Docker builders; {engine.info.name} is not one.",
+                             hint="Use --engine docker (or leave --engine out) with --builders NAME….")
+        from torchkiln.cli._build_matrix import build_matrix
+
+        build_matrix(spec, builder_names=builders or [], jobs=jobs, emulate=emulate, force=force,
+                     skip_impossible=skip_impossible, dry_run=dry_run, as_json=json,
+                     live=live_output() and not json, runner=runner, main_binary=engine.info.binary,
+                     has_buildx=engine.info.builder == "buildx",
+                     options=BuildOptions(target=target, base=base, no_cache=no_cache, push=push,
+                                          from_pip=sources_from_pip, flags=flags))
+        return
     for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
         if value is not None and not apptainer:
             raise typer.BadParameter(f"is for apptainer builds; {engine.name} builds FROM the base image "

@@ -47,6 +47,7 @@ class DockerEngine(Engine):
         labels: Mapping[str, str] | None = None,
         no_cache: bool = False,
         iidfile: Path | None = None,
+        platform: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         env: dict[str, str] = {}
         if self.info.builder == "buildx":
@@ -56,7 +57,7 @@ class DockerEngine(Engine):
             env["DOCKER_BUILDKIT"] = "1"
         cmd += ["--progress", "plain", "-f", str(dockerfile)]
         cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
-                           no_cache=no_cache, iidfile=iidfile)
+                           no_cache=no_cache, iidfile=iidfile, platform=platform)
         return cmd, env
 
     def _progress_parser(self, progress: ProgressCallback | None) -> BuildKitProgress:

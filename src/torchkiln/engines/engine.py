@@ -254,6 +254,7 @@ class Engine(ABC):
         labels: Mapping[str, str] | None = None,
         no_cache: bool = False,
         iidfile: Path | None = None,
+        platform: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """The command line (and extra environment) ``build`` runs; for dry runs and docs."""
 
@@ -558,9 +559,12 @@ def build_flags(
     labels: Mapping[str, str] | None,
     no_cache: bool,
     iidfile: Path | None,
+    platform: str | None = None,
 ) -> list[str]:
     """The `build` options docker and podman spell alike, ending with the context folder."""
     cmd: list[str] = []
+    if platform:
+        cmd += ["--platform", platform]
     if target:
         cmd += ["--target", target]
     for sid, path in sorted((secrets or {}).items()):

@@ -75,10 +75,11 @@ class PodmanEngine(Engine):
         labels: Mapping[str, str] | None = None,
         no_cache: bool = False,
         iidfile: Path | None = None,
+        platform: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         cmd = [self.info.binary, "build", "--layers", "-f", str(dockerfile)]
         cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
-                           no_cache=no_cache, iidfile=iidfile)
+                           no_cache=no_cache, iidfile=iidfile, platform=platform)
         return cmd, {}
 
     def _progress_parser(self, progress: ProgressCallback | None) -> PodmanProgress:
