@@ -44,6 +44,10 @@ def image_labels(plan: BuildPlan) -> dict[str, str]:
         f"{LABEL_PREFIX}.variant": t.variant,
         f"{LABEL_PREFIX}.python": plan.python,
     }
+    if t.image is not None:  # torch is the base image's own
+        labels[f"{LABEL_PREFIX}.torch-source"] = "image"
+        if t.image.ngc:
+            labels[f"{LABEL_PREFIX}.ngc"] = t.image.ngc
     if plan.platform != "linux/amd64":  # amd64 images carry no such label (their image config says it)
         labels[f"{LABEL_PREFIX}.platform"] = plan.platform
     if t.cuda:

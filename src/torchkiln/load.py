@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchkiln.errors import SpecError
 from torchkiln.knowledge import load_knowledge
@@ -11,12 +13,44 @@ from torchkiln.plan import BuildPlan
 from torchkiln.resolve import resolve
 from torchkiln.spec import Spec, load_spec
 
+if TYPE_CHECKING:
+    from torchkiln.images.facts import ImageFacts
 
-def load_plan(path: Path) -> tuple[Spec, BuildPlan, Path]:
-    """Load and resolve a spec; returns (spec, plan, the folder that holds the spec)."""
+FactsReader = Callable[[str], "ImageFacts | None"]
+
+
+def image_facts(image: str, engine_name: str | None = None) -> ImageFacts | None:
+    """The facts of a torch-bearing base image in the local engine, or None when no engine has it.
+
+    Read once per image id (then from torchkiln's cache folder). A corrupt image, or one without
+    torch, is an ``InputError`` (exit 7); a missing engine or image is None: the resolver then uses
+    the knowledge base's row of the image, with a warning.
+    """
+    from torchkiln.engines import get_engine
+    from torchkiln.errors import EngineMissingError
+    from torchkiln.images.facts import read_image_facts
+
+    try:
+        engine = get_engine(engine_name)
+    except EngineMissingError:
+        return None
+    if not engine.image_exists(image):
+        return None
+    return read_image_facts(image, engine)
+
+
+def load_plan(path: Path, *, facts: FactsReader | None = None) -> tuple[Spec, BuildPlan, Path]:
+    """Load and resolve a spec; returns (spec, plan, the folder that holds the spec).
+
+    A spec with ``[torch] source = "image"`` has its base image's facts read first (``facts``, by
+    default :func:`image_facts`: from the local engine).
+    """
     p = path / "kiln.toml" if path.is_dir() else path
     spec = load_spec(p)
-    return spec, resolve(spec, load_knowledge()), p.parent
+    read = None
+    if spec.torch.source == "image":
+        read = (facts or image_facts)(spec.base.image)
+    return spec, resolve(spec, load_knowledge(), read), p.parent
 
 
 def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:

@@ -47,6 +47,24 @@ class TorchBuildPlan:
 
 
 @dataclass(frozen=True)
+class ImageTorchPlan:
+    """torch as the base image brings it (``[torch] source = "image"``): what kiln read from the image."""
+
+    python_exe: str  # "/usr/bin/python3.12": the interpreter torch is installed for
+    site: str  # "/usr/local/lib/python3.12/dist-packages"
+    #: the image's own constraints file ("/etc/pip/constraint.txt"), honoured by every install; "" = none
+    constraints: str
+    #: the image's CUDA toolkit home when it has nvcc of torch's CUDA ("/usr/local/cuda"), else ""
+    cuda_home: str
+    nvcc_cuda: str  # the image's nvcc release ("13.1"), "" = no nvcc
+    ngc: str  # NGC release ("25.12"), "" for other images
+    #: "image <id>" when the facts were read from the image, else the knowledge row they came from
+    facts: str
+    #: the image is already a development image (nvcc, headers): no slim runtime stage is made from it
+    devel: bool
+
+
+@dataclass(frozen=True)
 class TorchPlan:
     version: str  # "2.5.1"
     variant: str  # "cu124" or "cpu"
@@ -57,6 +75,7 @@ class TorchPlan:
     wheel_arch_source: str
     companions: tuple[str, ...]  # pinned requirements, e.g. ("torchvision==0.20.1",)
     build: TorchBuildPlan | None = None  # set when torch is compiled from source
+    image: ImageTorchPlan | None = None  # set when torch is the base image's own
 
 
 @dataclass(frozen=True)
@@ -183,6 +202,7 @@ class BuildPlan:
             "toolchain": d["toolchain"],
             "dev_toolchain": d["dev_toolchain"],
             "torch_build": d["torch"]["build"],
+            "torch_image": d["torch"]["image"],
             "app": d["app"],
             "sources": d["sources"],
             "decisions": d["decisions"],

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -37,6 +37,9 @@ from torchkiln.plan import (
     TorchPlan,
 )
 from torchkiln.spec import ExtensionSpec, Spec
+
+if TYPE_CHECKING:
+    from torchkiln.images.facts import ImageFacts
 
 
 @dataclass(frozen=True)
@@ -577,6 +580,9 @@ def _prebuilt(
         return None, "prebuilt = false in the spec"
     if torch.build is not None:
         return None, "torch itself is compiled from source, so no published wheel was built against it"
+    if torch.image is not None:
+        return None, ("torch is the base image's own build (NGC and the like build and patch their own), so no "
+                      "published wheel was built against it")
     if torch.cuda is None:
         return None, "no prebuilt wheel is known for the CPU build of torch"
     major = torch.cuda.split(".")[0]
@@ -779,8 +785,16 @@ def _dev_toolchain(
     return tc
 
 
-def resolve(spec: Spec, kb: Knowledge) -> BuildPlan:
-    """Decide everything, or raise ``ResolveError`` saying what would work instead."""
+def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> BuildPlan:
+    """Decide everything, or raise ``ResolveError`` saying what would work instead.
+
+    ``facts``: what was read from the base image when ``[torch] source = "image"`` (None: not read; the
+    knowledge base's row of the image is used where there is one).
+    """
+    if spec.torch.source == "image":
+        from torchkiln.resolve_image import resolve_image
+
+        return resolve_image(spec, kb, facts)
     targets = _targets(spec, kb)
     host, why_host = _host(spec, targets)
     platform = OCI_PLATFORM[host]

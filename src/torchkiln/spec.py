@@ -118,8 +118,12 @@ class TorchSpec(_Strict):
     version: str = Field(default="", description="exact version or a PEP 440 specifier; empty = newest known")
     cuda: str = "auto"
     packages: list[str] = Field(default_factory=list)
-    source: Literal["wheel", "git"] = Field(
-        default="wheel", description="'wheel': the official wheels; 'git': compile torch from its repository"
+    source: Literal["wheel", "git", "image"] = Field(
+        default="wheel",
+        description=(
+            "'wheel': the official wheels; 'git': compile torch from its repository; 'image': the torch the "
+            "[base] image brings (NGC PyTorch and the like), read from the image and never replaced"
+        ),
     )
     git: str | None = Field(default=None, description="repository to build from (source = 'git'); default: upstream")
     ref: str | None = Field(default=None, description="tag or commit to build (source = 'git'); default: v<version>")
@@ -136,6 +140,14 @@ class TorchSpec(_Strict):
 
     @model_validator(mode="after")
     def _source(self) -> TorchSpec:
+        if self.source == "image":
+            if self.git is not None or self.ref is not None:
+                raise ValueError("'git' and 'ref' apply only with source = \"git\"; source = \"image\" uses the "
+                                 "base image's torch as it is")
+            if self.packages:
+                raise ValueError("source = \"image\" keeps the base image's torch and its companions as they are: "
+                                 "remove [torch] packages (torchvision/torchaudio come with the image, or not at all)")
+            return self
         if self.source == "wheel":
             if self.git is not None or self.ref is not None:
                 raise ValueError("'git' and 'ref' apply only with source = \"git\" (building torch from source)")
@@ -447,6 +459,19 @@ class Spec(_Strict):
     sources: SourcesSpec = Field(default_factory=SourcesSpec)
     matrix: MatrixSpec | None = Field(default=None, description="many images from one spec (docs/matrix.md)")
 
+    @model_validator(mode="after")
+    def _image_torch(self) -> Spec:
+        if self.torch.source != "image":
+            return self
+        if not self.base.image:
+            raise ValueError(
+                "[torch] source = \"image\" takes torch from the base image: set [base] image to an image that "
+                "brings torch, such as \"nvcr.io/nvidia/pytorch:25.12-py3\""
+            )
+        if self.base.python != "image":
+            raise ValueError("[torch] source = \"image\" uses the image's own Python: remove [base] python = \"apt\"")
+        return self
+
 
 _MODELS: dict[str, type[BaseModel]] = {
     "": Spec,
@@ -469,6 +494,8 @@ def _field_names(model: type[BaseModel]) -> list[str]:
 
 def _describe(err: dict[str, Any], origin: str) -> str:
     loc = [str(p) for p in err["loc"]]
+    if not loc:  # a check across tables (Spec's own validators)
+        return redact(f"{origin}: {str(err['msg']).removeprefix('Value error, ')}.")
     # the table is the first element; [[extensions]] adds an index
     table = loc[0] if len(loc) > 1 else ""
     key = loc[-1]

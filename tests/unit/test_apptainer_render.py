@@ -31,7 +31,9 @@ from torchkiln.resolve import resolve
 from torchkiln.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+#: the examples Apptainer renders (not those whose torch is the base image's: refused, tested below)
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.toml") if 'source = "image"' not in p.read_text())
+VENDOR = sorted(p for p in (ROOT / "examples").glob("*.toml") if 'source = "image"' in p.read_text())
 GOLDEN = ROOT / "tests" / "golden" / "apptainer"
 #: the sections apptainer's parser accepts (pkg/build/types/parser/deffile.go validSections)
 VALID_SECTIONS = {"help", "setup", "files", "labels", "environment", "pre", "post", "runscript", "test",
@@ -49,6 +51,15 @@ def _plan_of(**tables: object) -> BuildPlan:
 
 def _with_app(plan: BuildPlan, **changes: object) -> BuildPlan:
     return dataclasses.replace(plan, app=dataclasses.replace(plan.app, **changes))
+
+
+@pytest.mark.parametrize("path", VENDOR, ids=lambda p: p.stem)
+def test_a_vendor_torch_is_refused_with_the_way_through_export(path: Path) -> None:
+    from torchkiln.errors import OutputError
+
+    with pytest.raises(OutputError) as e:
+        render_apptainer(_plan(path))
+    assert "kiln export" in (e.value.hint or "")
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

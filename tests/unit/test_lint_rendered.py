@@ -24,7 +24,7 @@ def test_there_are_examples_to_render() -> None:
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_rendered_build_context_has_no_findings(spec: Path) -> None:
-    _spec, plan, _ = load_plan(spec)
+    _spec, plan, _ = load_plan(spec, facts=lambda image: None)
     files = context_files(plan)
     dockerfile = files["Dockerfile"]
     stages = [s.name for s in parse_dockerfile(dockerfile).stages]
@@ -41,7 +41,9 @@ def test_rendered_build_context_has_no_findings(spec: Path) -> None:
 def test_rendered_apptainer_definition_has_no_findings(spec: Path) -> None:
     from torchkiln.render.apptainer import render_apptainer
 
-    _spec, plan, _ = load_plan(spec)
+    _spec, plan, _ = load_plan(spec, facts=lambda image: None)
+    if plan.torch.image is not None:
+        pytest.skip("Apptainer output is not made for a torch the base image brings (kiln export converts it)")
     text = render_apptainer(plan)
     findings = lint_text(text, f"{spec.stem}.def", kind="apptainer")
     assert [(f.rule, f.line, f.message) for f in findings] == []

@@ -190,6 +190,14 @@ def plan_build(
     """Decide the whole build (see the module docstring); ``cwd`` resolves relative ``--from`` paths."""
     if options.target not in TARGETS:
         raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
+    if options.base and plan.torch.image is not None and options.base != plan.base_image:
+        from torchkiln.errors import SpecError
+
+        raise SpecError(
+            f"--base {options.base} would replace {plan.base_image}, whose own torch this spec builds on "
+            "([torch] source = \"image\"): kiln read torch, CUDA, Python and the archs from that image.",
+            hint=f"Set [base] image = \"{options.base}\" in the spec instead, so that its facts are read and checked.",
+        )
     if options.base:
         plan = dataclasses.replace(plan, base_image=options.base)
     spec_dir = spec_dir.resolve()

@@ -164,6 +164,11 @@ class NgcRelease:
     ubuntu: str
     constraints: bool
     source: str
+    #: TORCH_CUDA_ARCH_LIST the release was built with, where NVIDIA's image says so ("" = not recorded)
+    arch_list: str = ""
+    #: the release notes page, and what it says about drivers and forward compatibility
+    url: str = ""
+    driver_note: str = ""
 
 
 def _norm(name: str) -> str:
@@ -360,7 +365,8 @@ def load_knowledge() -> Knowledge:
     n = _load("ngc.toml")
     ngc = tuple(
         NgcRelease(ngc=r["ngc"], cuda=r["cuda"], torch=r["torch"], python=r["python"], ubuntu=r.get("ubuntu", ""),
-                   constraints=r.get("constraints", False), source=r["source"])
+                   constraints=r.get("constraints", False), source=r["source"], arch_list=r.get("arch_list", ""),
+                   url=r.get("url", ""), driver_note=r.get("driver_note", ""))
         for r in n["release"]
     )
     return Knowledge(

@@ -579,6 +579,14 @@ def section_test(plan: BuildPlan) -> list[str]:
 
 def render_apptainer(plan: BuildPlan, options: ApptainerOptions | None = None) -> str:
     """The whole definition file for a plan."""
+    if plan.torch.image is not None:
+        from torchkiln.errors import OutputError
+
+        raise OutputError(
+            "Apptainer output is not made yet for [torch] source = \"image\" (a torch that the base image brings).",
+            hint="Build the image with docker or podman (`kiln build SPEC`), then convert it with `kiln export IMAGE "
+            "--format sif`; or use [torch] source = \"wheel\" for an Apptainer build.",
+        )
     options = options or ApptainerOptions()
     staged = two_stage(plan)
     blocks = [

@@ -235,6 +235,10 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
 
 def render_dockerfile(plan: BuildPlan) -> str:
     """The whole Dockerfile text for a plan."""
+    if plan.torch.image is not None:  # the base image's own torch: render/vendor.py
+        from torchkiln.render.vendor import render_vendor_dockerfile
+
+        return render_vendor_dockerfile(plan)
     blocks = [
         header(plan),
         stage_base(plan),
@@ -271,6 +275,10 @@ DOCKERIGNORE = """\
 
 def context_files(plan: BuildPlan) -> dict[str, str]:
     """Every generated text file of the build context, by relative path (sorted, deterministic)."""
+    if plan.torch.image is not None:
+        from torchkiln.render.vendor import vendor_context_files
+
+        return vendor_context_files(plan)
     torch_reqs = [plan.torch.requirement, *plan.torch.companions]
     files = {
         "Dockerfile": render_dockerfile(plan),

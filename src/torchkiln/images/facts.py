@@ -1,0 +1,510 @@
+"""What an image that brings its own torch holds, read from the image without running it.
+
+``[torch] source = "image"`` builds on a base such as NGC's PyTorch image (``nvcr.io/nvidia/pytorch``),
+the PyTorch project's images or a site's own base: that image's torch is the torch, so the resolver
+needs its facts before it decides anything: torch's version and CUDA, the Python it is installed
+for, the pip constraints file, the SASS/PTX architectures compiled into ``libtorch_cuda.so``, and
+whether the image has nvcc. They come from the image itself:
+
+* :func:`facts_from_files` is the pure part: the contents of the few files that matter (torch's
+  ``version.py``, its ``dist-info/METADATA``, ``/etc/pip/constraint.txt``, the CUDA toolkit's
+  ``version.json``), the fat-binary entries of ``libtorch_cuda.so`` and the image config's
+  environment and labels in, an :class:`ImageFacts` out;
+* :func:`collect` walks an image's layers once (the readers of :mod:`torchkiln.images.archive`),
+  keeps the final state of those paths (whiteouts applied) and reads only them: a few small files
+  and the section table and fat-binary headers of one library;
+* :func:`read_image_facts` does that for an image of the local engine (``save`` to a temporary
+  archive, read by random access), :func:`read_archive_facts` for a saved archive or OCI layout.
+
+The knowledge base's NGC rows are a fallback (:func:`facts_from_ngc_row`, when the image is not
+available to read) and a cross-check (:func:`cross_check`), never the source of truth.
+
+Our own code: no library reads these facts from an image without running it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchkiln.arch import ArchEntry, Capability
+from torchkiln.errors import InputError
+from torchkiln.images._io import IOStats
+from torchkiln.images.archive import ImageArchive
+from torchkiln.images.layers import Member
+
+if TYPE_CHECKING:
+    from torchkiln.engines import Engine
+    from torchkiln.knowledge import Knowledge, NgcRelease
+
+#: the environment variables and labels worth keeping (NGC's names; the CUDA images' NVIDIA_REQUIRE_CUDA)
+ENV_KEYS = (
+    "NVIDIA_PYTORCH_VERSION", "PYTORCH_VERSION", "PYTORCH_BUILD_VERSION", "CUDA_VERSION", "CUDA_DRIVER_VERSION",
+    "NVIDIA_REQUIRE_CUDA", "PIP_CONSTRAINT", "TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "PATH",
+)
+LABEL_PREFIXES = ("com.nvidia.", "org.opencontainers.image.")
+
+_SITE = r"(?P<site>(?:[^/]+/)*lib/python(?P<py>3\.\d{1,2})/(?:site|dist)-packages)"
+_TORCH_VERSION = re.compile(_SITE + r"/torch/version\.py")
+_TORCH_METADATA = re.compile(_SITE + r"/torch-[^/]+\.dist-info/METADATA")
+_LIBTORCH_CUDA = re.compile(_SITE + r"/torch/lib/libtorch_cuda\.so")
+_PYTHON_BIN = re.compile(r"(?:[^/]+/)*bin/python3\.\d{1,2}")
+_CUDA_JSON = re.compile(r"usr/local/cuda(?:-\d+\.\d+)?/version\.json")
+_NVCC = re.compile(r"usr/local/cuda(?:-\d+\.\d+)?/bin/nvcc")
+CONSTRAINTS = "etc/pip/constraint.txt"
+
+
+def _wanted(path: str) -> str | None:
+    """The kind of a path the facts need, else None."""
+    if path == CONSTRAINTS:
+        return "constraints"
+    if path.endswith("/version.py") and _TORCH_VERSION.fullmatch(path):
+        return "torch-version"
+    if path.endswith("/METADATA") and _TORCH_METADATA.fullmatch(path):
+        return "torch-metadata"
+    if path.endswith("libtorch_cuda.so") and _LIBTORCH_CUDA.fullmatch(path):
+        return "libtorch-cuda"
+    if "/bin/python3." in f"/{path}" and _PYTHON_BIN.fullmatch(path):
+        return "python"
+    if path.startswith("usr/local/cuda"):
+        if _CUDA_JSON.fullmatch(path):
+            return "cuda-json"
+        if _NVCC.fullmatch(path):
+            return "nvcc"
+    return None
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """The facts of a torch-bearing image. ``origin`` says where they came from."""
+
+    image: str
+    #: "image" (read from the image's files) or "knowledge" (a knowledge-base row: the image was not read)
+    origin: str
+    torch_version: str
+    #: torch.version.cuda ("13.1"), None for a CPU build
+    torch_cuda: str | None
+    torch_git: str
+    python: str  # "3.12"
+    python_exe: str  # "/usr/bin/python3.12"
+    site: str  # "/usr/local/lib/python3.12/dist-packages"
+    #: the constraints file the image ships ("/etc/pip/constraint.txt"), "" when none
+    constraints_path: str
+    #: its pin of torch ("torch==2.10.0a0+b4e4ee81d3"), "" when it pins none
+    constraints_torch: str
+    constraints_count: int
+    #: SASS and PTX entries of libtorch_cuda.so ("sm_80", "compute_120"), sorted; () for CPU builds
+    arch_entries: tuple[str, ...]
+    arch_source: str  # the library they were read from, or the knowledge row
+    #: the CUDA toolkit (nvcc) of the image: its major.minor, "" when the image has no nvcc
+    nvcc_cuda: str
+    cuda_home: str
+    image_id: str = ""
+    platform: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    #: what reading cost: bytes read from the archive, the archive's size, seconds (save + read)
+    bytes_read: int = 0
+    image_size: int = 0
+    seconds: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ngc_release(self) -> str:
+        """NGC's release ("25.12") from the image's own environment, "" for other images."""
+        return dict(self.env).get("NVIDIA_PYTORCH_VERSION", "")
+
+    @property
+    def entries(self) -> tuple[ArchEntry, ...]:
+        return tuple(ArchEntry.parse(a) for a in self.arch_entries)
+
+    @property
+    def arch_list(self) -> str:
+        """The entries as a TORCH_CUDA_ARCH_LIST ("8.0;9.0;12.0+PTX"; PTX-only archs also get "+PTX")."""
+        return arch_list_of(self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["env"] = dict(self.env)
+        d["labels"] = dict(self.labels)
+        d["arch_list"] = self.arch_list
+        d["ngc_release"] = self.ngc_release
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ImageFacts:
+        known = {f for f in cls.__dataclass_fields__}
+        data = {k: v for k, v in d.items() if k in known}
+        data["env"] = tuple(sorted(dict(d.get("env", {})).items()))
+        data["labels"] = tuple(sorted(dict(d.get("labels", {})).items()))
+        data["arch_entries"] = tuple(d.get("arch_entries", ()))
+        data["notes"] = tuple(d.get("notes", ()))
+        return cls(**data)
+
+
+def arch_list_of(entries: Iterable[ArchEntry]) -> str:
+    """A TORCH_CUDA_ARCH_LIST of the plain SASS and PTX entries ("8.0;9.0;12.0+PTX").
+
+    Arch-specific and family cubins alone (sm_90a, sm_103f: kernels for one device or family, as
+    torch's wheels carry for a few libraries) have no spelling there: they stay in ``arch_entries``.
+    """
+    sass = {e.capability for e in entries if e.kind == "sass" and not e.suffix}
+    ptx = {e.capability for e in entries if e.kind == "ptx" and not e.suffix}
+    return ";".join(f"{c}+PTX" if c in ptx else str(c) for c in sorted(sass | ptx))
+
+
+# -- the pure part --------------------------------------------------------------------------------------
+
+
+def _version_py(text: str) -> dict[str, str | None]:
+    """``__version__``, ``cuda`` and ``git_version`` of torch/version.py (assignments of literals only)."""
+    out: dict[str, str | None] = {}
+    for m in re.finditer(r"^(__version__|cuda|git_version|hip)\s*(?::\s*[^=]+)?=\s*(.+?)\s*$", text, re.M):
+        value = m.group(2)
+        if value == "None":
+            out[m.group(1)] = None
+        else:
+            lit = re.fullmatch(r"""(['"])(.*)\1""", value)
+            if lit:
+                out[m.group(1)] = lit.group(2)
+    return out
+
+
+def _metadata_version(text: str) -> str:
+    m = re.search(r"^Version:\s*(\S+)\s*$", text, re.M)
+    return m.group(1) if m else ""
+
+
+def constraint_pins(text: str) -> dict[str, str]:
+    """name -> the whole line, for each requirement line of a constraints file (comments dropped)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        out[canonicalize_name(req.name)] = line
+    return out
+
+
+def _cuda_json(text: str) -> str:
+    try:
+        data = json.loads(text)
+        version = str(data["cuda"]["version"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+    m = re.match(r"(\d+\.\d+)", version)
+    return m.group(1) if m else ""
+
+
+def _mm(version: str) -> str:
+    m = re.match(r"(\d+\.\d+)", version or "")
+    return m.group(1) if m else ""
+
+
+@dataclass
+class Collected:
+    """The final state of the wanted paths of an image: contents of small files, the fat-binary entries."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    #: libtorch_cuda.so path -> its entries' arch names ("sm_90", "compute_120", LTO-IR left out)
+    fatbins: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: paths that exist (regular files and links) among the wanted kinds without content (python, nvcc)
+    present: set[str] = field(default_factory=set)
+    links: dict[str, str] = field(default_factory=dict)
+
+
+def facts_from_files(
+    image: str,
+    got: Collected,
+    config: Mapping[str, Any] | None = None,
+    *,
+    image_id: str = "",
+) -> ImageFacts:
+    """The facts from what :func:`collect` kept; raises InputError when the image has no torch."""
+    config = config or {}
+    cfg = config.get("config") if isinstance(config.get("config"), dict) else {}
+    env_list = cfg.get("Env") if isinstance(cfg.get("Env"), list) else []
+    env: dict[str, str] = {}
+    for item in env_list:
+        if isinstance(item, str) and "=" in item:
+            k, v = item.split("=", 1)
+            if k in ENV_KEYS:
+                env[k] = v
+    raw_labels = cfg.get("Labels") if isinstance(cfg.get("Labels"), dict) else {}
+    labels = {str(k): str(v) for k, v in raw_labels.items() if str(k).startswith(LABEL_PREFIXES)}
+    arch = config.get("architecture") if isinstance(config.get("architecture"), str) else ""
+    platform = f"linux/{arch}" if arch else ""
+
+    versions = sorted(p for p in got.files if _TORCH_VERSION.fullmatch(p))
+    if not versions:
+        raise InputError(
+            f"{image} has no torch: no lib/python3.X/site-packages/torch/version.py (or dist-packages) in its "
+            "file system.",
+            hint="[torch] source = \"image\" needs a base that brings torch (nvcr.io/nvidia/pytorch, pytorch/pytorch, "
+            "your site's torch image); for any other base use source = \"wheel\".",
+        )
+    notes: list[str] = []
+    chosen = _prefer_system(versions)
+    if len(versions) > 1:
+        notes.append(f"the image has {len(versions)} torch installations ({', '.join('/' + v for v in versions)}); "
+                     f"using /{chosen}")
+    m = _TORCH_VERSION.fullmatch(chosen)
+    assert m is not None
+    site, py = m.group("site"), m.group("py")
+    vp = _version_py(got.files[chosen].decode("utf-8", "replace"))
+    version = vp.get("__version__") or ""
+    meta_path = next((p for p in got.files if _TORCH_METADATA.fullmatch(p) and p.startswith(site + "/")), None)
+    meta_version = _metadata_version(got.files[meta_path].decode("utf-8", "replace")) if meta_path else ""
+    if not version:
+        version = meta_version
+    elif meta_version and meta_version != version:
+        notes.append(f"torch/version.py says {version} but its METADATA says {meta_version}")
+    if not version:
+        raise InputError(f"{image}: /{chosen} names no torch version.", hint="The image's torch is broken; rebuild it.")
+    torch_cuda = vp.get("cuda")
+
+    exe = _python_exe(site, py, got)
+    constraints_path, pin, count = "", "", 0
+    if CONSTRAINTS in got.files:
+        constraints_path = "/" + CONSTRAINTS
+        pins = constraint_pins(got.files[CONSTRAINTS].decode("utf-8", "replace"))
+        count = len(pins)
+        pin = pins.get("torch", "")
+    lib = f"{site}/torch/lib/libtorch_cuda.so"
+    entries = got.fatbins.get(lib, ())
+    if torch_cuda and lib not in got.fatbins:
+        notes.append(f"torch is a CUDA {torch_cuda} build but /{lib} was not found")
+
+    nvcc_home = sorted(p for p in got.present if _NVCC.fullmatch(p))
+    cuda_json = sorted(p for p in got.files if _CUDA_JSON.fullmatch(p))
+    nvcc_cuda, cuda_home = "", ""
+    if nvcc_home or ("usr/local/cuda" in got.links and any(
+            p.startswith(_link_target("usr/local/cuda", got) + "/bin/nvcc") for p in got.present)):
+        cuda_home = "/usr/local/cuda"
+        for p in cuda_json:
+            nvcc_cuda = _cuda_json(got.files[p].decode("utf-8", "replace")) or nvcc_cuda
+        nvcc_cuda = nvcc_cuda or _mm(env.get("CUDA_VERSION", ""))
+    return ImageFacts(
+        image=image, origin="image", torch_version=version, torch_cuda=torch_cuda,
+        torch_git=vp.get("git_version") or "", python=py, python_exe=exe, site="/" + site,
+        constraints_path=constraints_path, constraints_torch=pin, constraints_count=count,
+        arch_entries=tuple(sorted(set(entries), key=_arch_key)), arch_source=("/" + lib) if entries else "",
+        nvcc_cuda=nvcc_cuda, cuda_home=cuda_home, image_id=image_id, platform=platform,
+        env=tuple(sorted(env.items())), labels=tuple(sorted(labels.items())), notes=tuple(notes),
+    )
+
+
+def _link_target(path: str, got: Collected) -> str:
+    target = got.links.get(path, path)
+    return posixpath.normpath(posixpath.join(posixpath.dirname(path), target)).lstrip("/")
+
+
+def _arch_key(name: str) -> tuple[int, int, str]:
+    e = ArchEntry.parse(name)
+    return (e.capability.number, 0 if e.kind == "sass" else 1, e.suffix)
+
+
+def _prefer_system(paths: list[str]) -> str:
+    """Of several torch installations, the one the image's python3 imports first (system, then /usr/local)."""
+    order = ("usr/local/lib/", "usr/lib/", "opt/conda/lib/")
+    return min(paths, key=lambda p: next((i for i, o in enumerate(order) if p.startswith(o)), len(order)))
+
+
+def _python_exe(site: str, py: str, got: Collected) -> str:
+    """The interpreter a site folder belongs to: Debian's dist-packages are /usr/bin/python3.X's."""
+    if site.endswith("dist-packages") and site.startswith(("usr/local/lib/", "usr/lib/")):
+        candidates = [f"usr/bin/python{py}", f"usr/local/bin/python{py}"]
+    else:
+        prefix = site.split("/lib/python", 1)[0]
+        candidates = [f"{prefix}/bin/python{py}"]
+    for c in candidates:
+        if c in got.present:
+            return "/" + c
+    return "/" + candidates[0]
+
+
+def facts_from_ngc_row(image: str, row: NgcRelease, kb: Knowledge) -> ImageFacts:
+    """The facts of an NGC PyTorch image as the knowledge base records them (the image was not read)."""
+    cuda = _mm(row.cuda)
+    entries = tuple(e.name for e in _entries_of(row.arch_list))
+    return ImageFacts(
+        image=image, origin="knowledge", torch_version=row.torch, torch_cuda=cuda, torch_git="",
+        python=row.python, python_exe=f"/usr/bin/python{row.python}",
+        site=f"/usr/local/lib/python{row.python}/dist-packages",
+        constraints_path="/etc/pip/constraint.txt" if row.constraints else "",
+        constraints_torch=f"torch=={row.torch}" if row.constraints else "", constraints_count=0,
+        arch_entries=entries, arch_source=f"knowledge/ngc.toml row {row.ngc} ({row.source})" if entries else "",
+        nvcc_cuda=cuda, cuda_home="/usr/local/cuda", env=(("NVIDIA_PYTORCH_VERSION", row.ngc),),
+        platform="linux/amd64",
+    )
+
+
+def _entries_of(arch_list: str) -> tuple[ArchEntry, ...]:
+    from torchkiln.arch import parse_arch_list
+
+    return tuple(sorted(set(parse_arch_list(arch_list)), key=lambda e: (e.capability, e.kind)))
+
+
+def cross_check(facts: ImageFacts, row: NgcRelease | None) -> list[str]:
+    """Where the image and the knowledge base's row of its NGC release disagree (the image wins)."""
+    if row is None or facts.origin != "image":
+        return []
+    out = []
+    if row.torch != facts.torch_version:
+        out.append(f"torch {facts.torch_version} (the row says {row.torch})")
+    if facts.torch_cuda and _mm(row.cuda) != facts.torch_cuda:
+        out.append(f"torch's CUDA {facts.torch_cuda} (the row says {_mm(row.cuda)})")
+    if row.python != facts.python:
+        out.append(f"Python {facts.python} (the row says {row.python})")
+    if row.arch_list and facts.arch_entries and set(_entries_of(row.arch_list)) != set(facts.entries):
+        out.append(f"archs {facts.arch_list} (the row says {row.arch_list})")
+    if row.constraints != bool(facts.constraints_path):
+        out.append("a constraints file" if facts.constraints_path else "no constraints file"
+                   + f" (the row says {'one' if row.constraints else 'none'})")
+    return out
+
+
+def ngc_row_for(image: str, facts: ImageFacts | None, kb: Knowledge) -> NgcRelease | None:
+    """The knowledge base's row of an NGC PyTorch image: by its NVIDIA_PYTORCH_VERSION, else by its tag."""
+    release = facts.ngc_release if facts is not None else ""
+    if not release:
+        m = re.search(r"(?:^|/)nvidia/pytorch:(\d\d\.\d\d)-py3", image)
+        release = m.group(1) if m else ""
+    return next((r for r in kb.ngc if r.ngc == release), None) if release else None
+
+
+# -- reading an image -------------------------------------------------------------------------------------
+
+
+def _drop(kept: dict[str, Any], prefix: str, below: int | None, layer_of: dict[str, int]) -> None:
+    for p in [p for p in kept if p == prefix or p.startswith(prefix + "/")]:
+        if below is None or layer_of.get(p, -1) < below:
+            kept.pop(p, None)
+
+
+def collect(layers: Iterable[tuple[int, Iterator[Member]]]) -> Collected:
+    """Walk the layers (bottom first) once and keep the final state of the wanted paths.
+
+    Small files are read when met (a later layer may replace them); ``libtorch_cuda.so`` gets its
+    section table and fat-binary headers read, nothing else. Whiteouts and opaque directories of
+    later layers remove what lower layers put there.
+    """
+    from torchkiln.inspect.fatbin import FatbinError, read_fatbins
+
+    got = Collected()
+    layer_of: dict[str, int] = {}
+    for index, members in layers:
+        for m in members:
+            if m.whiteout is not None:
+                below = index if m.whiteout == "opaque" else None
+                for store in (got.files, got.fatbins, got.links):
+                    _drop(store, m.path, below, layer_of)  # type: ignore[arg-type]
+                for p in [p for p in got.present if p == m.path or p.startswith(m.path + "/")]:
+                    if below is None or layer_of.get(p, -1) < below:
+                        got.present.discard(p)
+                continue
+            if m.type == "symlink" and m.path == "usr/local/cuda":
+                got.links[m.path] = m.linkname
+                layer_of[m.path] = index
+                continue
+            kind = _wanted(m.path)
+            if kind is None:
+                continue
+            for store in (got.files, got.fatbins):
+                store.pop(m.path, None)  # type: ignore[attr-defined]
+            got.present.discard(m.path)
+            layer_of[m.path] = index
+            if m.type in ("symlink", "hardlink") or kind in ("python", "nvcc"):
+                got.present.add(m.path)
+                continue
+            if m.type != "file":
+                continue
+            got.present.add(m.path)
+            if kind == "libtorch-cuda":
+                try:
+                    with m.open_random() as f:
+                        listing = read_fatbins(f)
+                except FatbinError as e:
+                    raise InputError(f"/{m.path} in the image is not a readable ELF library ({e}).",
+                                     hint="The image's torch is damaged; pull or rebuild it.") from None
+                got.fatbins[m.path] = tuple(sorted({e.arch for e in listing.entries if e.kind in ("sass", "ptx")}))
+            else:
+                got.files[m.path] = m.read_all(limit=16 << 20)
+    return got
+
+
+def read_archive_facts(path: Path, image: str, *, tag: str | None = None, stats: IOStats | None = None) -> ImageFacts:
+    """The facts of a saved image (docker-archive or OCI layout, file or folder)."""
+    t0 = time.perf_counter()
+    stats = stats or IOStats()
+    with ImageArchive(path, tag=tag, stats=stats) as img:
+        meta = img.meta
+        got = collect((ref.index, img.iter_layer(ref)) for ref in meta.layers)
+    import hashlib
+
+    image_id = "sha256:" + hashlib.sha256(meta.config_raw).hexdigest() if meta.config_raw else ""
+    facts = facts_from_files(image, got, meta.config, image_id=image_id)
+    from dataclasses import replace
+
+    return replace(facts, bytes_read=stats.bytes_read, image_size=meta.archive_size,
+                   seconds=round(time.perf_counter() - t0, 3))
+
+
+def _cache_file(image_id: str) -> Path:
+    from torchkiln.cache import kiln_cache_dir
+
+    return kiln_cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.json"
+
+
+def read_image_facts(
+    image: str, engine: Engine, *, progress: Callable[[str], None] | None = None, use_cache: bool = True
+) -> ImageFacts:
+    """The facts of an image in the local engine: ``save`` to a temporary archive, read by random access.
+
+    Kept in torchkiln's cache folder by image id, so that a second resolve of the same image reads
+    nothing (a new pull of the tag has a new id and is read again).
+    """
+    details = engine.inspect_image(image)
+    cache = _cache_file(details.id) if details.id else None
+    if use_cache and cache is not None and cache.is_file():
+        try:
+            return ImageFacts.from_dict(json.loads(cache.read_text()))
+        except (ValueError, TypeError):
+            pass  # a damaged cache entry: read the image again
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kiln-facts-") as tmp:
+        dest = Path(tmp) / "image.tar"
+        if progress:
+            progress(f"reading the facts of {image}: {engine.name} save")
+        engine.save(image, dest)
+        facts = read_archive_facts(dest, image, tag=image)
+    from dataclasses import replace
+
+    facts = replace(facts, image_id=details.id or facts.image_id, seconds=round(time.perf_counter() - t0, 3))
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            part = cache.with_suffix(".part")
+            part.write_text(json.dumps(facts.to_dict(), indent=1, sort_keys=True))
+            part.replace(cache)
+        except OSError:
+            pass  # no cache folder: the next resolve reads the image again
+    return facts
+
+
+def capability_of(name: str) -> Capability:
+    return ArchEntry.parse(name).capability
