@@ -73,12 +73,15 @@ class Completed:
 class Runner:
     """Runs external programs. ``echo`` receives each command line before it starts (``--debug``).
 
-    ``env`` is added to every child's environment (on top of ``os.environ``); ``tail_lines`` is how
+    ``env`` is added to every child's environment (on top of ``os.environ``), and the names in
+    ``unset`` are removed from it (a docker context must not meet an inherited ``DOCKER_HOST``, which
+    the docker client prefers even when it is empty); ``tail_lines`` is how
     many lines of output a failure replays.
     """
 
     echo: Callable[[str], None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
     tail_lines: int = 30
 
     def which(self, name: str, *, install_hint: str | None = None) -> str:
@@ -124,7 +127,7 @@ class Runner:
         """
         args = [str(a) for a in argv]
         args[0] = self.which(args[0], install_hint=install_hint)
-        child_env = dict(os.environ)
+        child_env = {k: v for k, v in os.environ.items() if k not in self.unset}
         child_env.update(self.env)
         extra = dict(env or {})
         child_env.update(extra)
@@ -202,7 +205,7 @@ class Runner:
         """
         args = [str(a) for a in argv]
         args[0] = self.which(args[0])
-        child_env = {**os.environ, **self.env}
+        child_env = {**{k: v for k, v in os.environ.items() if k not in self.unset}, **self.env}
         shown = shlex.join(args)
         log.debug("run: %s", shown)
         if self.echo is not None:

@@ -47,7 +47,7 @@ def test_builder_names_become_the_environment_that_points_docker_at_them() -> No
     assert parse_builder("unix:///run/d2.sock", contexts=contexts, buildx=None).env == {"DOCKER_HOST": "unix:///run/d2.sock"}
     assert parse_builder("ssh://ci@arm-1", contexts=contexts, buildx=None).kind == "host"
     ctx = parse_builder("gpu-box", contexts=contexts, buildx=None)
-    assert ctx.kind == "context" and ctx.env == {"DOCKER_CONTEXT": "gpu-box", "DOCKER_HOST": ""}
+    assert ctx.kind == "context" and ctx.env == {"DOCKER_CONTEXT": "gpu-box"} and ctx.unset == ("DOCKER_HOST",)
     bx = parse_builder("k8s-pool", contexts=contexts, buildx={"k8s-pool"}.__contains__)
     assert bx.kind == "buildx" and bx.env == {"BUILDX_BUILDER": "k8s-pool"}
 
@@ -248,3 +248,13 @@ def test_cell_runs_report_what_json_prints(tmp_path: Path, monkeypatch: Any) -> 
     d = dataclasses.asdict(p.rc.cell) and CellRun(p, "a").to_dict()
     assert d["image"] == "kiln-test/m:torch2.13.0-cpu-py3.11-pip-six" and d["status"] == "queued"
     assert d["builder"] == "a" and len(d["digest"]) == 64
+
+
+def test_matrix_options_without_matrix_are_usage_errors(capsys: Any, tmp_path: Path) -> None:
+    from torchkiln.cli import main
+
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n')
+    for extra in (["--builders", "default"], ["--force"], ["--jobs", "2"], ["--skip-impossible"]):
+        assert main(["build", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "add --matrix" in err and "Traceback" not in err

@@ -69,6 +69,8 @@ class Builder:
     name: str
     kind: BuilderKind
     env: Mapping[str, str]
+    #: variables the docker client must not inherit (DOCKER_HOST would win over DOCKER_CONTEXT)
+    unset: tuple[str, ...] = ()
 
 
 def parse_builder(text: str, *, contexts: Callable[[str], bool], buildx: Callable[[str], bool] | None) -> Builder:
@@ -91,8 +93,7 @@ def parse_builder(text: str, *, contexts: Callable[[str], bool], buildx: Callabl
                          hint="Give unix:///…, tcp://…, ssh://…, a name from `docker context ls`, or one from "
                               "`docker buildx ls`.")
     if contexts(text):
-        # DOCKER_HOST would win over the context: empty means unset to the docker client
-        return Builder(text, "context", {"DOCKER_CONTEXT": text, "DOCKER_HOST": ""})
+        return Builder(text, "context", {"DOCKER_CONTEXT": text}, unset=("DOCKER_HOST",))
     if buildx is not None and buildx(text):
         return Builder(text, "buildx", {"BUILDX_BUILDER": text})
     where = "`docker context ls`" + (" or `docker buildx ls`" if buildx is not None else "")
@@ -127,7 +128,7 @@ def connect(builders: Sequence[Builder], *, echo: Callable[[str], None] | None =
     ready: list[ReadyBuilder] = []
     seen: dict[str, str] = {}
     for b in builders:
-        runner = Runner(echo=echo, env=dict(b.env))
+        runner = Runner(echo=echo, env=dict(b.env), unset=b.unset)
         try:
             engine = get_engine("docker", runner)
         except EngineMissingError as e:
