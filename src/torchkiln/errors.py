@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     TOOL_MISSING = 11  # a program a command needs besides the engine (mksquashfs) is not installed
     REGISTRY = 12  # an image registry cannot be reached (down, wrong address, untrusted TLS certificate)
     REGISTRY_AUTH = 13  # an image registry refused the engine's credentials (none, wrong, no permission)
+    LOCK = 14  # kiln.lock is missing, unreadable, stale against the spec, or for another platform
     INTERRUPTED = 130
 
 
@@ -156,3 +157,11 @@ class RegistryAuthError(KilnError):
     """An image registry refused the engine's credentials (none stored, wrong ones, or no permission)."""
 
     exit_code = ExitCode.REGISTRY_AUTH
+
+
+class LockError(KilnError):
+    """``kiln.lock`` cannot be used: missing, not ours, stale against the spec, another platform, or
+    its pinned base image is gone."""
+
+    exit_code = ExitCode.LOCK
+    default_hint = "Write the lock again with `kiln lock SPEC` and commit it beside the spec."

@@ -133,6 +133,16 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class LockPins:
+    """What ``kiln build --locked`` installs: the lock's hashed pins (``name==v --hash=sha256:…`` lines)."""
+
+    torch: tuple[str, ...]
+    packages: tuple[str, ...]
+    base_id: str  # the base image's id in the lock (checked before a build FROM a local-only base)
+    lock: str  # the lock file's path
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     image_name: str
     tag: str
@@ -163,6 +173,8 @@ class BuildPlan:
     precompile: tuple[str, ...] = ("torch",)
     #: the OCI platform of the image: "linux/amd64" or "linux/arm64" (Grace superchips, Arm servers)
     platform: str = "linux/amd64"
+    #: set by ``kiln build --locked`` (``torchkiln.build.locking.locked_plan``): install exactly these pins
+    locked: LockPins | None = None
 
     @property
     def image_ref(self) -> str:

@@ -154,14 +154,15 @@ class FakeEngine:
         self.calls.append(("push", image))
 
 
-def _invocation(tmp_path: Path, engine: FakeEngine, **options: object) -> BuildInvocation:
+def _invocation(tmp_path: Path, engine: FakeEngine, engine_name: str = "docker-buildx",
+                **options: object) -> BuildInvocation:
     plan, spec_dir = _plan(ROOT / "examples" / "cpu.toml")
     wheels = tmp_path / "wheels"  # a local wheel folder: no index to reach, a uv.toml all the same
     wheels.mkdir(exist_ok=True)
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"")
     sources = Sources(find_links=(str(wheels),))
     return plan_build(plan, spec_dir, BuildOptions(context_dir=tmp_path / "ctx", **options),  # type: ignore[arg-type]
-                      ENGINES["docker-buildx"], sources, cwd=tmp_path)
+                      ENGINES[engine_name], sources, cwd=tmp_path)
 
 
 def test_execute_runs_exactly_the_planned_command_then_tags_and_pushes(tmp_path: Path) -> None:
@@ -187,3 +188,63 @@ def test_a_failed_build_tags_nothing_and_leaves_no_secrets(tmp_path: Path) -> No
         execute(inv, engine)
     assert [k for k, _ in engine.calls] == ["exists", "inspect", "build"]
     assert not inv.scratch.exists() and not os.path.exists(inv.secrets[SECRET_UV])
+
+
+# -- registry build cache ---------------------------------------------------------------------------
+
+CACHE = "127.0.0.1:5000/kiln-test/example-cpu:buildcache"
+
+
+def _cache_flags(argv: tuple[str, ...]) -> list[str]:
+    """The argv between --iidfile's value and the context folder: where the cache options go."""
+    return list(argv[argv.index("--iidfile") + 2:-1])
+
+
+@pytest.mark.parametrize(("engine_name", "flags", "cache_push"), [
+    ("docker-buildx", ["--cache-from", f"type=registry,ref={CACHE}",
+                       "--cache-to", f"type=registry,ref={CACHE},mode=max"], None),
+    ("docker-classic", ["--cache-from", CACHE, "--build-arg", "BUILDKIT_INLINE_CACHE=1"], CACHE),
+    ("podman", ["--cache-from", "127.0.0.1:5000/kiln-test/example-cpu",
+                "--cache-to", "127.0.0.1:5000/kiln-test/example-cpu"], None),
+])
+def test_cache_options_in_each_engines_spelling(tmp_path: Path, engine_name: str, flags: list[str],
+                                                cache_push: str | None) -> None:
+    plan, spec_dir = _plan(ROOT / "examples" / "cpu.toml")
+    options = BuildOptions(context_dir=tmp_path / "ctx", cache_from=(CACHE,), cache_to=CACHE)
+    inv = plan_build(plan, spec_dir, options, ENGINES[engine_name], Sources(), cwd=tmp_path)
+    assert _cache_flags(inv.command.argv) == flags
+    assert inv.cache_push == cache_push and inv.cache_to == CACHE and inv.cache_from == (CACHE,)
+    shown = inv.to_dict()
+    assert shown["cache_to"] == CACHE and shown["cache_from"] == [CACHE] and shown["cache_push"] == cache_push
+    plain = plan_build(plan, spec_dir, BuildOptions(context_dir=tmp_path / "ctx"), ENGINES[engine_name],
+                       Sources(), cwd=tmp_path)
+    assert _cache_flags(plain.command.argv) == [] and plain.cache_push is None
+
+
+def test_bad_cache_references_and_apptainer_are_refused_while_planning(tmp_path: Path) -> None:
+    plan, spec_dir = _plan(ROOT / "examples" / "cpu.toml")
+    for bad in ("http://127.0.0.1:5000/cache", "Reg/Upper", "a b", ""):
+        with pytest.raises(InputError, match="not an image reference") as info:
+            plan_build(plan, spec_dir, BuildOptions(cache_to=bad), ENGINES["docker-classic"], Sources(), cwd=tmp_path)
+        assert "--cache-to" in info.value.message
+    with pytest.raises(InputError, match="--cache-from"):
+        plan_build(plan, spec_dir, BuildOptions(cache_from=("x//y",)), ENGINES["podman"], Sources(), cwd=tmp_path)
+    with pytest.raises(InputError, match="apptainer keeps no build cache"):
+        plan_build(plan, spec_dir, BuildOptions(cache_to=CACHE), ENGINES["apptainer"], Sources(), cwd=tmp_path)
+
+
+def test_the_classic_builders_inline_cache_is_pushed_after_the_build(tmp_path: Path) -> None:
+    engine = FakeEngine(ENGINES["docker-classic"].info)
+    inv = _invocation(tmp_path, engine, "docker-classic", cache_to=CACHE)
+    summary = execute(inv, engine)
+    assert engine.calls[-2:] == [("tag", ("sha256:f00d", CACHE)), ("push", CACHE)]
+    assert summary.cache_to == CACHE and summary.to_dict()["cache_to"] == CACHE
+    # pushing the image itself to the cache reference: one push, not two
+    engine = FakeEngine(ENGINES["docker-classic"].info)
+    inv = _invocation(tmp_path, engine, "docker-classic", cache_to=CACHE, tag=CACHE, push=True)
+    execute(inv, engine)
+    assert [c for c in engine.calls if c[0] == "push"] == [("push", CACHE)]
+    # buildx exports during the build: nothing to push afterwards
+    engine = FakeEngine(ENGINES["docker-buildx"].info)
+    execute(_invocation(tmp_path, engine, cache_to=CACHE), engine)
+    assert [c for c in engine.calls if c[0] == "push"] == []

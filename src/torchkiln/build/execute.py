@@ -14,6 +14,7 @@ runner.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -25,7 +26,7 @@ from torchkiln.build import sources as src
 from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX
 from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, EngineInfo, ImageDetails, StepRecord
-from torchkiln.errors import BuildError, InputError, ResolveError
+from torchkiln.errors import BuildError, InputError, LockError, ResolveError
 from torchkiln.load import load_plan
 from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
@@ -78,6 +79,9 @@ class BuildSummary:
     base_image: str
     sources: dict[str, Any]
     pushed: bool
+    #: where the build cache went (None: not exported) and the references it was imported from
+    cache_to: str | None = None
+    cache_from: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +102,8 @@ class BuildSummary:
             "context": self.context,
             "sources": self.sources,
             "pushed": self.pushed,
+            "cache_to": self.cache_to,
+            "cache_from": list(self.cache_from),
         }
 
 
@@ -137,6 +143,18 @@ def ensure_base(engine: BuildEngine, base: str, python: str, python_source: str)
             ),
         )
     _check_base_python(base, engine.inspect_image(base).labels, python, python_source)
+
+
+def check_locked_base(engine: BuildEngine, base: str, base_id: str, lock: str) -> None:
+    """A locked build FROM a base that only the local store has: it must be the image the lock saw."""
+    found = engine.inspect_image(base).id
+    if found != base_id:
+        raise LockError(
+            f"the base image {base} is not the one {lock} was written with (image id {found[:19]}, "
+            f"the lock's {base_id[:19]}).",
+            hint="Build on the locked base (push it to a registry and lock it there, so the lock pins its digest), "
+                 "or lock the new base: kiln lock SPEC --upgrade.",
+        )
 
 
 def _check_base_python(base: str, labels: Mapping[str, str], python: str, python_source: str) -> None:
@@ -187,6 +205,8 @@ def execute(
         ensure_sif_base(engine, inv.apptainer, inv.python, inv.python_source, inv.base_image)
     else:
         ensure_base(engine, inv.base_image, inv.python, inv.python_source)
+        if inv.base_id is not None:
+            check_locked_base(engine, inv.base_image, inv.base_id, inv.lock or "kiln.lock")
     inv.files.write(inv.context)
     output = inv.output_file
     with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared:
@@ -213,6 +233,10 @@ def execute(
     details = engine.inspect_image(inv.image)
     for ref in inv.tags if inv.push else ():
         engine.push(ref)
+    if inv.cache_push is not None:  # the classic builder's inline cache travels in the image itself
+        if not (inv.push and inv.cache_push in inv.tags):
+            engine.tag(outcome.image_id, inv.cache_push)
+            engine.push(inv.cache_push)
     if output is not None:  # apptainer caches base layers, never build steps: every stage runs
         hits, misses = 0, len([s for s in outcome.steps if s.is_instruction])
         export_stage, image_id, size = "sif", details.id, Path(inv.image).stat().st_size
@@ -237,6 +261,8 @@ def execute(
         base_image=inv.base_image,
         sources=sources_record,
         pushed=inv.push,
+        cache_to=inv.cache_to,
+        cache_from=inv.cache_from,
     )
 
 
@@ -252,6 +278,13 @@ def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mappi
     """spec file → plan → sources → invocation: what ``kiln build`` and ``--dry-run`` share."""
     _spec, plan, spec_dir = load_plan(spec_path)
     spec_dir = spec_dir.resolve()
+    if options.locked:  # the lock answers the plan with its base as given (--base included)
+        from torchkiln.build.locking import locked_plan
+
+        if options.base:
+            plan = dataclasses.replace(plan, base_image=options.base)
+            options = dataclasses.replace(options, base=None)
+        plan, _lock = locked_plan(plan, spec_path)
     sources = resolve_sources(plan.sources, spec_dir, options, runner or engine.runner, env)
     return plan_build(plan, spec_dir, options, engine, sources, cwd=Path.cwd())
 

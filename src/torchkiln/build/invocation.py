@@ -32,7 +32,7 @@ from torchkiln.build.context import ContextFiles, apptainer_context, dockerfile_
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime
-from torchkiln.engines.engine import BuildCommand, EngineInfo
+from torchkiln.engines.engine import BuildCommand, EngineInfo, check_reference
 from torchkiln.errors import InputError
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions
@@ -50,6 +50,11 @@ class BuildOptions:
     context_dir: Path | None = None  # where the build context is rendered
     no_cache: bool = False
     push: bool = False
+    #: registry build cache: references to import steps from, and one to export this build's steps to
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
+    #: install exactly the spec's kiln.lock (applied to the plan by ``plan_spec``)
+    locked: bool = False
     from_pip: bool = False  # import the host's pip configuration as the lowest source layer
     flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
     #: build for this OCI platform (``--platform``); None = the builder's own (matrix builds set it only
@@ -97,6 +102,16 @@ class BuildInvocation:
     apptainer: ApptainerOptions | None = None
     #: the OCI platform asked of the engine (``--platform``); None = the engine's own
     platform: str | None = None
+    #: registry build cache (in the command's spelling): imported from, exported to
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
+    #: docker's classic builder exports the cache inline: the built image is tagged and pushed as
+    #: this reference after the build (buildx and podman push their cache during the build)
+    cache_push: str | None = None
+    #: a locked build FROM a base in the local store only: the image id the base must still have
+    base_id: str | None = None
+    #: the lock a locked build installs
+    lock: str | None = None
 
     @property
     def output_file(self) -> Path | None:
@@ -121,6 +136,11 @@ class BuildInvocation:
             "push": self.push,
             "no_cache": self.no_cache,
             "platform": self.platform,
+            "cache_from": list(self.cache_from),
+            "cache_to": self.cache_to,
+            "cache_push": self.cache_push,
+            "lock": self.lock,
+            "base_id": self.base_id,
             "scratch": str(self.scratch),
             "base_image": self.base_image,
             "sources": self.sources.to_dict(),
@@ -213,6 +233,14 @@ def plan_build(
                 "apptainer builds for the machine it runs on: it has no --platform.",
                 hint="Build the image with docker or podman (--platform), then export it: kiln export IMAGE --format sif",
             )
+        if plan.locked is not None:
+            raise InputError("--locked builds docker and podman images; apptainer definitions are not locked yet.",
+                             hint="Build the locked image with docker and convert it: kiln export IMAGE --format sif.")
+        if options.cache_to or options.cache_from:
+            raise InputError(
+                "apptainer keeps no build cache in a registry: --cache-to/--cache-from are for docker and podman.",
+                hint="Drop --cache-to/--cache-from (apptainer caches base layers itself, in APPTAINER_CACHEDIR).",
+            )
         if options.push:
             raise InputError(
                 "apptainer has no image store to push a tag from: the image is a .sif file.",
@@ -235,12 +263,19 @@ def plan_build(
     ref = image_ref(plan, options.target, options.tag)
     files = dockerfile_context(plan, spec_dir)
     iid = scratch / "iid"
+    cache_from = tuple(check_reference(r, "--cache-from") for r in options.cache_from)
+    cache_to = None if options.cache_to is None else check_reference(options.cache_to, "--cache-to")
     argv, env = engine.build_command(context, context / "Dockerfile", target=options.target, secrets=secrets,
                                      network=network, no_cache=options.no_cache, iidfile=iid,
+                                     cache_from=cache_from, cache_to=cache_to,
                                      **({"platform": options.platform} if options.platform else {}))
+    inline = cache_to is not None and info.name == "docker" and info.builder != "buildx"
     return BuildInvocation(
         engine=info, target=options.target, image=ref, context=context, files=files,
         command=BuildCommand(tuple(argv), env, None, iid), secrets=secrets, network=network, tags=(ref,),
         push=options.push, no_cache=options.no_cache, scratch=scratch, base_image=plan.base_image,
         python=plan.python, python_source=plan.python_source, sources=sources, platform=options.platform,
+        cache_from=cache_from, cache_to=cache_to, cache_push=cache_to if inline else None,
+        base_id=plan.locked.base_id if plan.locked is not None and "@sha256:" not in plan.base_image else None,
+        lock=plan.locked.lock if plan.locked is not None else None,
     )

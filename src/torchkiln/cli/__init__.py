@@ -70,6 +70,7 @@ COMMAND_MODULES = (
     "lint",
     "build",
     "push",
+    "lock",
     "run",
     "base",
     "inspect",

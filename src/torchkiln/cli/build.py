@@ -176,6 +176,8 @@ def print_summary(summary: BuildSummary, spec: Path, tag: str | None = None) -> 
     console.print(table)
     if summary.pushed:
         console.print(f"  pushed {summary.image}")
+    if summary.cache_to:
+        console.print(f"  build cache pushed to {escape(summary.cache_to)}", highlight=False)
     target = "" if summary.target == "runtime" else f" --target {summary.target}"
     if sif:
         image = shlex.quote(summary.image)
@@ -220,6 +222,21 @@ def build_cmd(
         bool, typer.Option("--push", help="Push the image after a successful build (not with apptainer).")
     ] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    locked: Annotated[
+        bool, typer.Option("--locked", help="Install exactly the spec's kiln.lock (base by digest, hash-checked "
+                                            "wheels); fails when the spec changed since `kiln lock`.")
+    ] = False,
+    cache_to: Annotated[
+        str | None,
+        typer.Option("--cache-to", help="Export the build cache to this registry reference (HOST:PORT/NAME:TAG), "
+                                        "for other machines' --cache-from; docker without buildx pushes the image "
+                                        "itself there, with its cache inline.", show_default=False),
+    ] = None,
+    cache_from: Annotated[
+        list[str] | None,
+        typer.Option("--cache-from", help="Reuse build steps cached at this registry reference (repeatable).",
+                     show_default=False),
+    ] = None,
     context: Annotated[
         Path | None,
         typer.Option("--context", help="Render the build context here (default: torchkiln's cache folder)."),
@@ -321,7 +338,7 @@ def build_cmd(
                                      "(use --base to change it)", param_hint=option)
     options = BuildOptions(
         target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
-        from_pip=sources_from_pip, flags=flags,
+        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=sources_from_pip, flags=flags,
         apptainer=ApptainerOptions(bootstrap or "docker", from_, builder_from),
     )
     start = time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,8 @@ class DockerEngine(Engine):
         no_cache: bool = False,
         iidfile: Path | None = None,
         platform: str | None = None,
+        cache_from: Sequence[str] = (),
+        cache_to: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         env: dict[str, str] = {}
         if self.info.builder == "buildx":
@@ -57,8 +59,27 @@ class DockerEngine(Engine):
             env["DOCKER_BUILDKIT"] = "1"
         cmd += ["--progress", "plain", "-f", str(dockerfile)]
         cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
-                           no_cache=no_cache, iidfile=iidfile, platform=platform)
+                           no_cache=no_cache, iidfile=iidfile, platform=platform,
+                           cache=self.cache_flags(cache_from, cache_to))
         return cmd, env
+
+    def cache_flags(self, cache_from: Sequence[str], cache_to: str | None) -> list[str]:
+        """Registry build cache: buildx exports every stage's steps (``mode=max``) to a cache
+        manifest of its own; the classic builder can only write the cache metadata into the image
+        itself (``BUILDKIT_INLINE_CACHE``: the final stage's steps), which is then pushed as
+        ``cache_to`` after the build, and reads it back with a plain ``--cache-from REF``."""
+        flags: list[str] = []
+        if self.info.builder == "buildx":
+            for ref in cache_from:
+                flags += ["--cache-from", f"type=registry,ref={ref}"]
+            if cache_to:
+                flags += ["--cache-to", f"type=registry,ref={cache_to},mode=max"]
+            return flags
+        for ref in cache_from:
+            flags += ["--cache-from", ref]
+        if cache_to:
+            flags += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+        return flags
 
     def _progress_parser(self, progress: ProgressCallback | None) -> BuildKitProgress:
         return BuildKitProgress(progress)

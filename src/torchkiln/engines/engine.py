@@ -139,6 +139,8 @@ class ImageDetails:
     #: (``LowerDir``, ``UpperDir``: the layer folders on the engine's machine)
     driver: str = ""
     driver_data: Mapping[str, str] = field(default_factory=dict)
+    #: ``repo@sha256:…`` of each registry the image was pushed to or pulled from
+    repo_digests: tuple[str, ...] = ()
 
     @classmethod
     def from_inspect(cls, data: Mapping[str, Any]) -> ImageDetails:
@@ -158,6 +160,7 @@ class ImageDetails:
             diff_ids=tuple(str(d) for d in rootfs.get("Layers") or () if isinstance(d, str)),
             driver=str(graph.get("Name") or ""),
             driver_data={str(k): str(v) for k, v in gdata.items() if isinstance(v, str)},
+            repo_digests=tuple(str(d) for d in data.get("RepoDigests") or ()),
         )
 
 
@@ -255,8 +258,15 @@ class Engine(ABC):
         no_cache: bool = False,
         iidfile: Path | None = None,
         platform: str | None = None,
+        cache_from: Sequence[str] = (),
+        cache_to: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
-        """The command line (and extra environment) ``build`` runs; for dry runs and docs."""
+        """The command line (and extra environment) ``build`` runs; for dry runs and docs.
+
+        ``cache_from`` / ``cache_to``: registry references of a build cache to import / export, in
+        the engine's own spelling (see ``torchkiln.build.invocation``: docker's classic builder can
+        only export the cache inline, in the image it then pushes).
+        """
 
     def run(
         self,
@@ -451,6 +461,31 @@ def registry_of(ref: str) -> str:
     return "docker.io"
 
 
+def repository_of(ref: str) -> str:
+    """``ref`` without its tag or digest (``HOST:PORT/NAME:TAG`` → ``HOST:PORT/NAME``)."""
+    name = ref.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+#: the repository path, tag and digest of a reference (the distribution spec's grammar)
+_REFERENCE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*(?::\w[\w.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$")
+
+
+def check_reference(ref: str, option: str) -> str:
+    """``ref`` if it can name an image in a registry (``HOST[:PORT]/NAME[:TAG]``), else an InputError."""
+    host = registry_of(ref)
+    rest = ref[len(host) + 1:] if ref.startswith(host + "/") else ref
+    if not ref or "://" in ref or any(c.isspace() for c in ref) or not _REFERENCE.match(rest):
+        raise InputError(
+            f"{option} {ref!r} is not an image reference.",
+            hint=f"Give a registry reference without a scheme, e.g. {option} registry.example.com:5000/team/app:buildcache.",
+        )
+    return ref
+
+
 def pushed_digest(output: str) -> str:
     """The manifest digest ``docker push`` / ``podman push`` reported ("" when it printed none)."""
     found = _DIGEST.findall(output)
@@ -560,8 +595,10 @@ def build_flags(
     no_cache: bool,
     iidfile: Path | None,
     platform: str | None = None,
+    cache: Sequence[str] = (),
 ) -> list[str]:
-    """The `build` options docker and podman spell alike, ending with the context folder."""
+    """The `build` options docker and podman spell alike, then ``cache`` (the engine's own spelling
+    of cache import/export), ending with the context folder."""
     cmd: list[str] = []
     if platform:
         cmd += ["--platform", platform]
@@ -577,6 +614,7 @@ def build_flags(
         cmd.append("--no-cache")
     if iidfile is not None:
         cmd += ["--iidfile", str(iidfile)]
+    cmd += cache
     cmd.append(str(context))
     return cmd
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.engines.engine import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
+from torchkiln.engines.engine import Engine, EngineInfo, EngineName, ProgressCallback, build_flags, repository_of
 from torchkiln.engines.docker import Probe, _version
 from torchkiln.engines.progress import PodmanProgress
 from torchkiln.runner import Runner
@@ -76,10 +76,19 @@ class PodmanEngine(Engine):
         no_cache: bool = False,
         iidfile: Path | None = None,
         platform: str | None = None,
+        cache_from: Sequence[str] = (),
+        cache_to: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         cmd = [self.info.binary, "build", "--layers", "-f", str(dockerfile)]
+        # buildah stores each cached step as an image in a repository (tagged by its cache key), so
+        # its --cache-from/--cache-to take a repository: a tag given in REF is dropped
+        cache: list[str] = []
+        for ref in cache_from:
+            cache += ["--cache-from", repository_of(ref)]
+        if cache_to:
+            cache += ["--cache-to", repository_of(cache_to)]
         cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
-                           no_cache=no_cache, iidfile=iidfile, platform=platform)
+                           no_cache=no_cache, iidfile=iidfile, platform=platform, cache=cache)
         return cmd, {}
 
     def _progress_parser(self, progress: ProgressCallback | None) -> PodmanProgress:

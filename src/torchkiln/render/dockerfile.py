@@ -66,6 +66,23 @@ def warm_import(plan: BuildPlan) -> str:
     return f"{VENV}/bin/python -c 'import {', '.join(plan.precompile)}'"
 
 
+def require_hashes(plan: BuildPlan) -> str:
+    """A locked build (``kiln build --locked``) installs only distributions with the lock's hashes."""
+    return " --require-hashes" if plan.locked is not None else ""
+
+
+def requirement_files(plan: BuildPlan) -> dict[str, str]:
+    """The torch layer's and the packages' requirement files: the spec's, or the lock's hashed pins."""
+    if plan.locked is not None:
+        torch_reqs, packages = list(plan.locked.torch), list(plan.locked.packages)
+    else:
+        torch_reqs, packages = [plan.torch.requirement, *plan.torch.companions], list(plan.pip_packages)
+    return {
+        ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
+        ".kiln/requirements.txt": "".join(f"{p}\n" for p in packages),
+    }
+
+
 def stage_torch(plan: BuildPlan) -> list[str]:
     py = f"{VENV}/bin/python"
     built = plan.torch.build is not None  # torch compiled in the torch-build stage: install that wheel
@@ -86,7 +103,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
                 f" UV_COMPILE_BYTECODE={1 if plan.bytecode == 'all' else 0}",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
-                f"{UV} pip install --python {py}{wheel} -r /kiln/requirements-torch.txt",
+                f"{UV} pip install --python {py}{wheel}{require_hashes(plan)} -r /kiln/requirements-torch.txt",
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
                 f"rm -rf {TORCH_UV_CACHE}",
@@ -110,7 +127,7 @@ def stage_packages(plan: BuildPlan) -> list[str]:
             [
                 ". /kiln/sources.sh",
                 "touch /tmp/kiln-mark",
-                f"{UV} pip install --python {py} -c {CONSTRAINTS} -r /kiln/requirements.txt",
+                f"{UV} pip install --python {py}{require_hashes(plan)} -c {CONSTRAINTS} -r /kiln/requirements.txt",
                 f"mkdir -p {LAYER}",
                 f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
                 f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
@@ -279,12 +296,10 @@ def context_files(plan: BuildPlan) -> dict[str, str]:
         from torchkiln.render.vendor import vendor_context_files
 
         return vendor_context_files(plan)
-    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
     files = {
         "Dockerfile": render_dockerfile(plan),
         ".dockerignore": DOCKERIGNORE,
-        ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
-        ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
+        **requirement_files(plan),
         ".kiln/sources.sh": SOURCES_SH,
         ".kiln/wheels/.keep": "",
         **ext.context_files(plan),

@@ -1,0 +1,69 @@
+"""`kiln lock SPEC`: write ``kiln.lock`` beside the spec (see ``torchkiln.build.locking``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from torchkiln.cli import app
+from torchkiln.cli._common import JsonOpt, console, err_console, print_json
+from torchkiln.cli.build import EngineOpt, make_runner
+from torchkiln.build.execute import resolve_sources
+from torchkiln.build.invocation import BuildOptions
+from torchkiln.build.locking import lock_spec
+from torchkiln.build.sources import layer_from_flags
+from torchkiln.engines import get_engine
+from torchkiln.load import load_plan
+
+
+@app.command("lock")
+def lock_cmd(
+    spec: Annotated[Path, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)],
+    upgrade: Annotated[
+        bool, typer.Option("--upgrade", help="Take the newest versions the spec allows (and the base's current "
+                                             "digest); without it the lock's versions are kept where still allowed.")
+    ] = False,
+    base: Annotated[
+        str | None, typer.Option("--base", help="Lock this base image instead of the plan's (as kiln build --base).")
+    ] = None,
+    engine_name: EngineOpt = None,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
+    extra_index_url: Annotated[list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")] = None,
+    find_links: Annotated[list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")] = None,
+    torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
+    ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
+    index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
+    sources_from_pip: Annotated[
+        bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
+    ] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Pin every input of the spec's build in kiln.lock beside it: the base image's digest and every
+    wheel (name, version, URL, sha256) of torch, its companions, the packages and the extension build
+    inputs, for the spec's platform, resolved by uv. `kiln build --locked` then installs exactly that.
+    """
+    runner = make_runner()
+    flags = layer_from_flags(index_url=index_url, extra_index_urls=extra_index_url or (), find_links=find_links or (),
+                             torch_index=torch_index, ca_bundle=ca_bundle, network=None,
+                             index_strategy=index_strategy, cwd=Path.cwd())
+    engine = get_engine(engine_name, runner)
+    _s, plan, spec_dir = load_plan(spec)
+    sources = resolve_sources(plan.sources, spec_dir.resolve(), BuildOptions(flags=flags, from_pip=sources_from_pip),
+                              runner)
+    if not json:
+        err_console.print(f"locking {escape(str(spec))} for {plan.platform} (uv pip compile)", highlight=False)
+    result = lock_spec(spec, engine, base=base, sources=sources, runner=runner, upgrade=upgrade)
+    if json:
+        print_json(result.to_dict())
+        return
+    d = result.to_dict()
+    b = result.lock.base
+    pinned = b.pinned_ref or f"{b.image} (local only: image id {b.id[:19]})"
+    console.print(f"[bold green]{'wrote' if result.changed else 'unchanged'}[/bold green] {escape(str(result.path))} "
+                  f"in {result.seconds:.1f} s", highlight=False)
+    console.print(f"  base {escape(pinned)}", highlight=False)
+    console.print("  " + " · ".join(f"{g}: {n} pinned" for g, n in d["packages"].items() if n), highlight=False)
+    console.print(f"build it: kiln build {spec} --locked", highlight=False)
