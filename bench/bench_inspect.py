@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""How fast is ``kiln inspect`` on a ~6 GB CUDA torch image? Prints MB/s and the read / parse split.
+"""How fast is ``kiln inspect`` end to end? An image name, timed against the engine's own export.
 
-    python bench/bench_inspect.py IMAGE.tar          # a docker-archive or OCI layout you have
-    python bench/bench_inspect.py my-image:tag       # an image in the local docker (saved first, not timed)
-    python bench/bench_inspect.py --assemble         # build a docker-archive from the real CUDA torch wheels
+    python bench/bench_inspect.py IMAGE [--engine docker|podman] [--rounds 2] [--cold] [--out F.json]
+    python bench/bench_inspect.py IMAGE.tar          # the archive reader alone (a file you have)
+    python bench/bench_inspect.py --assemble         # ... on a docker-archive built from the CUDA torch wheels
 
-``--assemble`` downloads torch (default 2.14.1) and every dependency through pip's configured index
-or mirror, and writes a docker-archive holding a small base layer and a layer with the wheels'
-contents installed under /opt/venv (about 6 GB, like a real torch image's venv). It is written in
-one pass, straight from the wheels into the archive, and cached in ``--cache`` for the next run.
+For an image name, each round runs, one after the other on the same machine: ``ENGINE save IMAGE >
+/dev/null`` (the baseline: what exporting alone costs), ``kiln inspect --json --read direct IMAGE``
+(the layer folders read in place) and ``kiln inspect --json --read export IMAGE`` (the engine's
+save read from a pipe), each a fresh process timed whole: wall seconds, user and system CPU seconds
+of it and its children (the engine's CLI; the daemon's own work is not visible), peak memory, and
+the bytes it wrote to disk (``/proc/PID/io``: temporary files). It prints MB/s of the image's export
+size, the CPU share of the wall time (the rest is waiting for the disk, the pipe or a CPU), the
+ratios against the save of the same round, the load average, and whether the direct and export
+reports agree. ``--cold`` first drops the image's layer files from the page cache
+(``posix_fadvise(DONTNEED)`` on each, root only; other files are left alone).
 
-"MB/s" is the archive size divided by the wall time of the whole inspection (layers, waste, every
-fat binary, coverage): inspection reads only tar headers, the first bytes of each file and the
-fat-binary headers, so it is far faster than reading the image. "read" is the time spent in I/O
-calls (and decompression, for compressed layers); "parse" is everything else. "cpu s" is the
-process's CPU time, a steadier figure than wall time on a busy machine.
+For an archive, ``--assemble`` downloads torch (default 2.14.1) and every dependency through pip's
+configured index or mirror, and writes a docker-archive holding a small base layer and a layer
+with the wheels' contents installed under /opt/venv (about 6 GB, like a real torch image's venv),
+cached in ``--cache``. "MB/s" is the archive size divided by the wall time of the inspection;
+"read" is the time spent in I/O calls (and decompression), "parse" everything else.
 """
 
 from __future__ import annotations
@@ -25,13 +31,15 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 from torchkiln.arch import Capability
 from torchkiln.inspect.analyze import inspect_path
@@ -181,12 +189,148 @@ def assemble(dest: pathlib.Path, wheels: list[pathlib.Path]) -> None:
     os.replace(tmp, dest)
 
 
-def _save(image: str, dest: pathlib.Path) -> None:
-    from torchkiln.engines import get_engine
+# -- end to end: an image name ------------------------------------------------------------------------
 
-    engine = get_engine(None)
-    print(f"saving {image} with {engine.name} (not timed)…", flush=True)
-    engine.save(image, dest)
+#: the kiln of this interpreter's environment (the checkout being measured), else the one on PATH
+KILN = [str(pathlib.Path(sys.executable).with_name("kiln")) if pathlib.Path(sys.executable).with_name("kiln").exists()
+        else shutil.which("kiln") or "kiln"]
+
+
+@dataclass
+class Timed:
+    round: int
+    what: str
+    wall: float
+    user: float
+    sys: float
+    max_rss_mb: float
+    disk_written_mb: float
+    rc: int
+
+    @property
+    def cpu_share(self) -> float:
+        return (self.user + self.sys) / self.wall if self.wall else 0.0
+
+
+def _io_written(pid: int, box: list[int], done: threading.Event) -> None:
+    """Poll /proc/PID/io: the most bytes written to files and not yet taken back, at any moment.
+
+    ``write_bytes`` counts pages as they are dirtied (temporary files included) and
+    ``cancelled_write_bytes`` the dirty pages dropped by deleting a file: their difference while
+    the process runs is its extra disk use (peak: a deleted temporary file at its largest).
+    """
+    path = f"/proc/{pid}/io"
+    while not done.is_set():
+        try:
+            with open(path) as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            net = int(fields["write_bytes"]) - int(fields["cancelled_write_bytes"])
+            box[0] = max(box[0], net)
+        except (OSError, KeyError, ValueError):
+            return
+        done.wait(0.02)
+
+
+def _timed(round_: int, what: str, argv: list[str], stdout: int | io.BufferedWriter) -> Timed:
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE)
+    box, done = [0], threading.Event()
+    poller = threading.Thread(target=_io_written, args=(proc.pid, box, done), daemon=True)
+    poller.start()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    done.set()
+    poller.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.stderr.write(err.decode(errors="replace")[-2000:])
+    return Timed(round_, what, wall, ru.ru_utime, ru.ru_stime, ru.ru_maxrss / 1024, box[0] / 1e6, proc.returncode)
+
+
+def _layer_dirs(engine: str, image: str) -> list[pathlib.Path]:
+    out = subprocess.run([engine, "image", "inspect", "--format", "{{json .GraphDriver.Data}}", image],
+                         capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    return [pathlib.Path(d) for d in (data.get("LowerDir", "").split(":") + [data.get("UpperDir", "")]) if d]
+
+
+def _drop_cache(dirs: list[pathlib.Path]) -> None:
+    for d in dirs:
+        for root, _dirs, files in os.walk(d):
+            for name in files:
+                try:
+                    fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+
+def _analysis(report: dict) -> dict:  # type: ignore[type-arg]
+    r = dict(report)
+    r.pop("read", None)
+    image = dict(r["image"])
+    for k in ("format", "archive_size"):
+        image.pop(k)
+    image["layers"] = [{k: v for k, v in layer.items() if k != "blob_size"} for layer in image["layers"]]
+    r["image"] = image
+    return r
+
+
+def end_to_end(image: str, engine: str, rounds: int, cold: bool, out: pathlib.Path | None) -> int:
+    binary = shutil.which(engine) or engine
+    save_cmd = [binary, "save", *(["--format", "docker-archive"] if engine == "podman" else []), image]
+    dirs = _layer_dirs(binary, image) if cold else []
+    if cold and os.geteuid() != 0:
+        sys.exit("--cold needs root (the layer files are root's)")
+    size = int(subprocess.run([binary, "image", "inspect", "--format", "{{.Size}}", image],
+                              capture_output=True, text=True, check=True).stdout.strip())
+    print(f"image {image} ({engine}, {size / 1e9:.2f} GB as the engine counts it); cache: {'cold' if cold else 'warm'}")
+    rows: list[Timed] = []
+    reports: dict[str, dict] = {}  # type: ignore[type-arg]
+    loads = []
+    tmp = pathlib.Path(os.environ.get("TMPDIR", "/tmp"))
+    for r in range(1, rounds + 1):
+        loads.append(os.getloadavg()[0])
+        for what in ("docker save > /dev/null" if engine == "docker" else "podman save > /dev/null",
+                     "kiln inspect --read direct", "kiln inspect --read export"):
+            if cold:
+                _drop_cache(dirs)
+            if "save" in what:
+                with open(os.devnull, "wb") as null:
+                    rows.append(_timed(r, what, save_cmd, null.fileno()))
+                continue
+            mode = what.rsplit(" ", 1)[1]
+            dest = tmp / f"kiln-bench-inspect-{os.getpid()}-{mode}.json"
+            with open(dest, "wb") as f:
+                rows.append(_timed(r, what, [*KILN, "inspect", "--json", "--engine", engine, "--read", mode, image], f))
+            reports[mode] = json.loads(dest.read_text()) if rows[-1].rc == 0 else {}
+            dest.unlink()
+    loads.append(os.getloadavg()[0])
+    archive = (reports.get("export", {}).get("image") or {}).get("archive_size") or size
+    print(f"export size {archive / 1e9:.2f} GB; load average (1 min) {', '.join(f'{x:.1f}' for x in loads)}"
+          f" on {os.cpu_count()} CPUs\n")
+    print(f"{'round':>5}  {'what':<28} {'wall s':>7} {'user s':>7} {'sys s':>6} {'cpu/wall':>8} {'MB/s':>6}"
+          f" {'×save':>6} {'peak MB':>8} {'disk MB':>8}")
+    print("       (cpu/wall: user+sys over wall, the rest is I/O or waiting for a CPU; peak MB: largest resident"
+          " memory; disk MB: most bytes written to files at once)")
+    for row in rows:
+        save = next(x for x in rows if x.round == row.round and "save" in x.what)
+        print(f"{row.round:>5}  {row.what:<28} {row.wall:>7.2f} {row.user:>7.2f} {row.sys:>6.2f} {row.cpu_share:>8.0%}"
+              f" {archive / 1e6 / row.wall:>6.0f} {row.wall / save.wall:>6.2f} {row.max_rss_mb:>8.0f}"
+              f" {row.disk_written_mb:>8.1f}" + ("" if row.rc == 0 else f"  exit {row.rc}"))
+    same = bool(reports.get("direct")) and _analysis(reports["direct"]) == _analysis(reports.get("export", {}))
+    direct_read = reports.get("direct", {}).get("read", {})
+    print(f"\ndirect report == export report (apart from how it was read): {same}; direct read: {direct_read}")
+    if out is not None:
+        out.write_text(json.dumps({"image": image, "engine": engine, "size": size, "archive_size": archive,
+                                   "cold": cold, "load_average": loads, "cpus": os.cpu_count(), "same_report": same,
+                                   "rows": [asdict(x) for x in rows]}, indent=1) + "\n")
+    return 0 if all(x.rc == 0 for x in rows) and same else 1
 
 
 def main() -> int:
@@ -195,10 +339,15 @@ def main() -> int:
     ap.add_argument("--assemble", action="store_true", help="build a docker-archive from the CUDA torch wheels")
     ap.add_argument("--torch", default="2.14.1")
     ap.add_argument("--cache", type=pathlib.Path, default=pathlib.Path.home() / ".cache/torchkiln/bench")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="archive mode: inspections of the archive")
+    ap.add_argument("--engine", default="docker", choices=("docker", "podman"))
+    ap.add_argument("--rounds", type=int, default=1, help="image mode: rounds of save / direct / export")
+    ap.add_argument("--cold", action="store_true", help="image mode: drop the layer files from the page cache first")
+    ap.add_argument("--out", type=pathlib.Path, help="image mode: write every measurement here as JSON")
     args = ap.parse_args()
 
-    tmpdir = None
+    if args.image and not args.assemble and not pathlib.Path(args.image).exists():
+        return end_to_end(args.image, args.engine, args.rounds, args.cold, args.out)
     if args.assemble or not args.image:
         archive = args.cache / f"torch-{args.torch}-assembled.tar"
         if not archive.exists():
@@ -207,12 +356,8 @@ def main() -> int:
             t = time.perf_counter()
             assemble(archive, wheels)
             print(f"  written in {time.perf_counter() - t:.0f} s")
-    elif pathlib.Path(args.image).exists():
-        archive = pathlib.Path(args.image)
     else:
-        tmpdir = tempfile.TemporaryDirectory(prefix="kiln-bench-")
-        archive = pathlib.Path(tmpdir.name) / "image.tar"
-        _save(args.image, archive)
+        archive = pathlib.Path(args.image)
 
     size = (
         archive.stat().st_size
@@ -246,8 +391,6 @@ def main() -> int:
         f"parse {best.seconds - best.read_seconds:.2f} s; wasted bytes found {waste / 1e6:.1f} MB; "
         f"failing binaries {len(report.failing)}"
     )
-    if tmpdir is not None:
-        tmpdir.cleanup()
     return 0
 
 

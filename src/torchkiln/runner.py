@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -195,12 +195,12 @@ class Runner:
         what: str | None = None,
         hint: str | None = None,
         error: ErrorFactory = _default_error,
-        pipe_size: int = 1 << 20,
+        pipe_size: int = 32 << 20,
     ) -> Iterator[int]:
         """Run ``argv`` with its stdout on a pipe and yield the pipe's read end (a file descriptor).
 
-        The pipe is enlarged to ``pipe_size`` where the kernel allows (fewer wake-ups between the
-        writer and the reader). After the body the child is waited for, and a non-zero exit raises
+        The pipe is enlarged to ``pipe_size`` where the kernel allows (root; else 1 MiB), so the
+        writer runs on while the reader parses and the two wake each other less often. After the body the child is waited for, and a non-zero exit raises
         ``error(message, hint, stderr tail)``; if the body raises, the child is stopped first.
         """
         args = [str(a) for a in argv]
@@ -218,8 +218,12 @@ class Runner:
                 raise EngineMissingError(f"`{args[0]}` cannot be started ({e.strerror}).") from None
             assert proc.stdout is not None
             fd = proc.stdout.fileno()
-            with suppress(OSError, AttributeError):
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, pipe_size)  # type: ignore[attr-defined]
+            for size in (pipe_size, 1 << 20):  # above /proc/sys/fs/pipe-max-size needs root
+                try:
+                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+                    break
+                except (OSError, AttributeError):
+                    continue
             try:
                 yield fd
             except BaseException:

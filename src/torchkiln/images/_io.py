@@ -244,9 +244,27 @@ class ForwardReader(io.RawIOBase):
         return bytes(out_buf) if n == size else bytes(out_buf[:n])
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        """Fill ``buffer`` (all of it unless the stream ends): what is buffered, then straight from
+        the source into it, with no copy in between."""
+        view = memoryview(buffer).cast("B")
+        size = len(view)
+        n = min(size, self._hi - self._lo)
+        view[:n] = self._buf[self._lo:self._lo + n]
+        self._lo += n
+        while n < size and not self._eof:
+            if self._fd >= 0:
+                got = os.readv(self._fd, [view[n:]])
+            else:
+                assert self._src is not None
+                data = self._src.read(size - n)
+                got = len(data)
+                view[n:n + got] = data
+            if got == 0:
+                self._eof = True
+            n += got
+        view.release()
+        self._pos += n
+        return n
 
     def peek(self, size: int) -> bytes:
         """Up to ``size`` bytes ahead (at most the buffer's size), without consuming them."""
@@ -317,9 +335,11 @@ class Window(io.RawIOBase):
         return self._outer.read(size) if size > 0 else b""
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        left = self._size - self.tell()
+        view = memoryview(buffer).cast("B")
+        n = self._outer.readinto(view[:left]) if left > 0 else 0
+        view.release()
+        return n
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_CUR:
@@ -337,3 +357,47 @@ def _is_pipe(fd: int) -> bool:
         return stat.S_ISFIFO(os.fstat(fd).st_mode)
     except OSError:
         return False
+
+
+class MemoryFile(io.RawIOBase):
+    """A read-only seekable file over bytes in memory, with ``pread`` (what the ELF readers use):
+    a streamed member's content, read into one buffer once, is never copied again."""
+
+    def __init__(self, data: bytearray | bytes) -> None:
+        super().__init__()
+        self._data = memoryview(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}[whence]
+        self._pos = max(base + offset, 0)
+        return self._pos
+
+    def pread(self, offset: int, size: int) -> bytes:
+        if offset < 0 or size <= 0 or offset >= len(self._data):
+            return b""
+        return bytes(self._data[offset:offset + size])
+
+    def read(self, size: int = -1) -> bytes:
+        size = len(self._data) - self._pos if size is None or size < 0 else size
+        data = self.pread(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._data.release()
+        super().close()

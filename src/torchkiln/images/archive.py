@@ -278,9 +278,8 @@ def iter_layer_stream(stream: IO[bytes], what: str, stats: IOStats | None = None
         with tarfile.open(fileobj=reader, mode="r:") as tar:  # type: ignore[call-overload]
             for ti in tar:
                 m = member_of(ti)
-                if m.type == "file":
-                    m._stream = tar.extractfile(ti)
-                    m._stats = stats
+                if m.type == "file":  # content read from the reader itself, only if asked for
+                    m._fwd, m._at, m._stats = reader, ti.offset_data, stats
                 if m.path:
                     yield m
     except (tarfile.TarError, ValueError, OverflowError) as e:

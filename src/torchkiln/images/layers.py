@@ -22,10 +22,10 @@ import posixpath
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from torchkiln.errors import InputError
-from torchkiln.images._io import IOStats, RangeFile
+from torchkiln.images._io import IOStats, MemoryFile, RangeFile
 
 MemberType = Literal["file", "dir", "symlink", "hardlink", "other"]
 Whiteout = Literal["file", "opaque"]
@@ -67,7 +67,9 @@ class Member:
     #: for whiteout entries: "file" (deletes ``path``) or "opaque" (hides the lower contents of ``path``)
     whiteout: Whiteout | None = None
     _view: RangeFile | None = field(default=None, repr=False)
-    _stream: IO[bytes] | None = field(default=None, repr=False)
+    #: a streamed layer (a ForwardReader or Window) and where this member's content starts in it
+    _fwd: Any = field(default=None, repr=False)
+    _at: int = field(default=0, repr=False)
     #: a regular file in the engine's storage, opened on demand
     _file: str | None = field(default=None, repr=False)
     _head: bytes = field(default=b"", repr=False)
@@ -82,11 +84,9 @@ class Member:
                 with self._open_file() as f:
                     self._head = f.pread(0, n)
             return self._head[:n]
-        if self._stream is None:
+        if self._fwd is None or self._fwd.tell() != self._at:
             return b""
-        if len(self._head) < n:
-            self._head += self._stream.read(n - len(self._head))
-        return self._head[:n]
+        return self._fwd.peek(min(n, self.size))  # type: ignore[no-any-return]
 
     def read_all(self, limit: int = 64 << 20) -> bytes:
         """The whole content of a (small) regular file."""
@@ -97,30 +97,45 @@ class Member:
         if self._file is not None:
             with self._open_file() as f:
                 return f.pread(0, self.size)
-        if self._stream is None:
-            return b""
-        rest = self._stream.read()
-        data = self._head + rest
-        self._head = data
-        return data
+        buf = self._take(self.size)
+        return bytes(buf)
 
     def open_random(self) -> IO[bytes]:
         """A seekable file object over the content (the caller closes it): a view, the file itself,
-        or, for a streamed layer, a spooled copy (memory first)."""
+        or, for a streamed layer, the content read once into memory (up to 256 MiB; beyond, into a
+        deleted temporary file)."""
         if self._view is not None:
             return self._view.sub(0, self._view.size)  # type: ignore[return-value]
         if self._file is not None:
             return self._open_file()  # type: ignore[return-value]
-        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)  # noqa: SIM115 - caller closes
-        spool.write(self._head)
-        if self._stream is not None:
-            while True:
-                chunk = self._stream.read(8 << 20)
-                if not chunk:
-                    break
-                spool.write(chunk)
+        if self.size <= SPOOL_MEMORY:
+            return MemoryFile(self._take(self.size))  # type: ignore[return-value]
+        spool = tempfile.TemporaryFile()  # noqa: SIM115 - caller closes
+        chunk = bytearray(8 << 20)
+        left = self.size
+        while left > 0:
+            got = self._take(min(left, len(chunk)), chunk)
+            if not got:
+                break
+            spool.write(got)
+            left -= len(got)
         spool.seek(0)
-        return spool  # type: ignore[return-value]
+        return spool
+
+    def _take(self, n: int, into: bytearray | None = None) -> memoryview | bytearray:
+        """The next ``n`` bytes of a streamed member's content (consumed: read once, in order)."""
+        if self._fwd is None or n <= 0:
+            return bytearray()
+        if self._fwd.tell() != self._at:
+            raise InputError(f"/{self.path} was read after the layer moved past it (a bug: please report it).")
+        buf = into if into is not None else bytearray(n)
+        view = memoryview(buf)[:n]
+        got = self._fwd.readinto(view)
+        self._at += got
+        if got < n:
+            raise InputError(f"/{self.path} is truncated ({self.size} bytes expected).",
+                             hint="Save or download the image again.")
+        return view if into is not None else buf
 
     def _open_file(self) -> RangeFile:
         assert self._file is not None
