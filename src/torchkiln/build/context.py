@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from torchkiln.errors import InputError, SpecError
+from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, apptainer_files
@@ -123,6 +124,21 @@ def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
                         hint="Rename or move it into a sub-folder.")
     copies = {".kiln/bin/uv": find_uv(), **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)}}
     return ContextFiles(context_files(plan), copies)
+
+
+def bake_context(cells: Sequence[ResolvedCell], spec_dir: Path) -> ContextFiles:
+    """``docker-bake.json`` and, beside it, one Dockerfile context per cell (in the folder its target names)."""
+    from torchkiln.render.bake import BAKE_FILE, render_bake, target_name
+
+    texts: dict[str, str] = {BAKE_FILE: render_bake(cells)}
+    copies: dict[str, Path] = {}
+    for rc in cells:
+        assert rc.plan is not None
+        one = dockerfile_context(rc.plan, spec_dir)
+        name = target_name(rc)
+        texts.update({f"{name}/{rel}": text for rel, text in one.texts.items()})
+        copies.update({f"{name}/{rel}": source for rel, source in one.copies.items()})
+    return ContextFiles(texts, copies)
 
 
 def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:

@@ -11,8 +11,9 @@ import typer
 
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
-from torchkiln.build.context import write_apptainer_context, write_context
-from torchkiln.load import load_plan
+from torchkiln.build.context import bake_context, write_apptainer_context, write_context
+from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
+from torchkiln.load import load_matrix, load_plan
 from torchkiln.contract import sif_name
 from torchkiln.errors import KilnError, OutputError
 from torchkiln.plan import BuildPlan
@@ -24,7 +25,7 @@ from torchkiln.render.apptainer import (
     render_apptainer,
 )
 
-Format = Literal["dockerfile", "apptainer"]
+Format = Literal["dockerfile", "apptainer", "bake"]
 
 
 def _written(write: Callable[[], list[Path]], out: Path) -> list[Path]:
@@ -46,7 +47,9 @@ def render_cmd(
     ] = None,
     stdout: Annotated[bool, typer.Option("--stdout", help="Print the Dockerfile instead of writing files.")] = False,
     fmt: Annotated[
-        Format, typer.Option("--format", help="dockerfile, or apptainer: a definition file (kiln.def) for HPC sites.")
+        Format, typer.Option("--format", help="dockerfile, apptainer (a definition file, kiln.def, for HPC sites), or "
+                                              "bake: the spec's \\[matrix] as a docker buildx bake file with a "
+                                              "context per cell (docs/matrix.md).")
     ] = "dockerfile",
     bootstrap: Annotated[
         Bootstrap,
@@ -55,6 +58,7 @@ def render_cmd(
     ] = "docker",
     from_: FromOpt = None,
     builder_from: BuilderFromOpt = None,
+    skip_impossible: SkipImpossibleOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Render the spec's multi-stage Dockerfile (runtime and dev targets) and its build context.
@@ -62,6 +66,9 @@ def render_cmd(
     With --format apptainer: an Apptainer definition file instead, with the files its %files needs.
     Same spec, same bytes: the output is deterministic. Nothing is written unless all of it is.
     """
+    if fmt == "bake":
+        _render_bake(spec, out, stdout, skip_impossible, json)
+        return
     _spec, plan, spec_dir = load_plan(spec)
     if fmt == "apptainer":
         _render_apptainer(plan, spec_dir, out, stdout, ApptainerOptions(bootstrap, from_, builder_from), json)
@@ -103,3 +110,26 @@ def _render_apptainer(
                                                              ("--builder-from", options.builder_source)) if value)
     console.print(f"build it with: kiln build {spec_dir} --engine apptainer{offline}   "
                   f"(or: cd {out} && apptainer build --fakeroot {sif} {DEFFILE})", highlight=False)
+
+
+def _render_bake(spec: Path, out: Path | None, stdout: bool, skip: bool, as_json: bool) -> None:
+    from torchkiln.render.bake import BAKE_FILE, render_bake
+
+    _s, cells, spec_dir = load_matrix(spec)
+    cells = refuse_impossible(cells, skip)
+    if stdout or out is None:
+        if out is None and not stdout:
+            console.print("[dim]# no -o/--out given: printing the bake file (its contexts need -o)[/dim]",
+                          highlight=False)
+        print(render_bake(cells), end="")
+        return
+    if out.exists() and not out.is_dir():
+        raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
+    files = _written(lambda: bake_context(cells, spec_dir).write(out), out)
+    if as_json:
+        print_json({"out": str(out), "bake_file": str(out / BAKE_FILE), "targets": len(cells),
+                    "files": [str(f.relative_to(out.resolve())) for f in files]})
+        return
+    console.print(f"wrote a bake file for {len(cells)} cells to {out / BAKE_FILE} with a build context per cell")
+    console.print(f"build them with: cd {out} && docker buildx bake   (or: kiln build {spec} --matrix --builders "
+                  "default)", highlight=False)
