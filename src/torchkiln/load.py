@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torchkiln.errors import SpecError
 from torchkiln.knowledge import load_knowledge
@@ -37,6 +37,22 @@ def image_facts(image: str, engine_name: str | None = None) -> ImageFacts | None
     if not engine.image_exists(image):
         return None
     return read_image_facts(image, engine)
+
+
+def engine_facts(engine: Any, *, pull: bool = False) -> FactsReader:
+    """A facts reader on one engine (the build's): reads a torch-bearing base image in it, pulling it
+    first when ``pull`` (a build needs the image anyway); None where the engine cannot hold it."""
+
+    def read(image: str) -> ImageFacts | None:
+        from torchkiln.images.facts import read_image_facts
+
+        if not hasattr(engine, "save_stream") or getattr(engine, "name", "") == "apptainer":
+            return None
+        if not engine.image_exists(image) and not (pull and engine.pull(image)):
+            return None
+        return read_image_facts(image, engine)
+
+    return read
 
 
 def load_plan(path: Path, *, facts: FactsReader | None = None) -> tuple[Spec, BuildPlan, Path]:

@@ -324,3 +324,25 @@ def test_the_arch_list_of_a_real_cuda_torch(tmp_path: Path) -> None:
     plan = resolve(_spec(base={"image": "acme/torch-2.14.1:cu130"}, gpu={"targets": ["T4", "H100"]}),
                    load_knowledge(), facts)
     assert plan.targets[0].how == "SASS sm_75" and plan.targets[1].covered
+
+
+@pytest.mark.parametrize("log", [
+    # uv, as the packages stage on the stand-in prints it
+    "error: No solution found when resolving dependencies\n  cause: Because all versions of needs-new-torch depend on "
+    "torch==2.14.1 and torch==2.13.0+cpu, we can conclude that all versions of needs-new-torch cannot be used.\n"
+    "And because you require needs-new-torch==1.0, we can conclude that your requirements are unsatisfiable.",
+    # uv's other wording, and pip's
+    "× No solution found when resolving dependencies:\n╰─▶ Because needs-new-torch==1.0 depends on torch==2.14.1 and "
+    "you require torch==2.13.0+cpu, we can conclude that needs-new-torch==1.0 cannot be used.",
+    "ERROR: Cannot install needs-new-torch==1.0 because these package versions have conflicting dependencies.\n"
+    "The conflict is caused by:\n    needs-new-torch 1.0 depends on torch==2.14.1\n"
+    "    The user requested (constraint) torch==2.13.0+cpu\n",
+])
+def test_a_package_wanting_another_torch_is_named_with_the_torch_it_wanted(log: str) -> None:
+    from torchkiln.engines.engine import _torch_conflict
+
+    e = _torch_conflict(log, "stage 'packages'", log)
+    assert e is not None and e.exit_code == 6
+    assert e.message.startswith("needs-new-torch 1.0 needs torch==2.14.1, but the image's torch 2.13.0+cpu is pinned")
+    assert "PIP_CONSTRAINT" in (e.hint or "")
+    assert _torch_conflict("error: No solution found when resolving dependencies: numpy>=9", "x", "") is None

@@ -27,7 +27,7 @@ from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX
 from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, EngineInfo, ImageDetails, StepRecord
 from torchkiln.errors import BuildError, InputError, LockError, ResolveError
-from torchkiln.load import load_plan
+from torchkiln.load import engine_facts, load_plan
 from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
 from torchkiln.images.sif import is_sif
@@ -276,7 +276,7 @@ def resolve_sources(spec_sources: Any, spec_dir: Path, options: BuildOptions, ru
 def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mapping[str, str] | None = None,
               runner: Runner | None = None) -> BuildInvocation:
     """spec file → plan → sources → invocation: what ``kiln build`` and ``--dry-run`` share."""
-    _spec, plan, spec_dir = load_plan(spec_path)
+    _spec, plan, spec_dir = load_plan(spec_path, facts=engine_facts(engine, pull=True))
     spec_dir = spec_dir.resolve()
     if options.locked:  # the lock answers the plan with its base as given (--base included)
         from torchkiln.build.locking import locked_plan

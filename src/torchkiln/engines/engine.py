@@ -428,6 +428,44 @@ _UNREACHABLE = re.compile(
     r"Connection reset by peer|operation timed out)",
     re.IGNORECASE,
 )
+#: a package whose dependencies want another torch than the one pinned (uv's and pip's resolver messages):
+#: "Because needs-x==1.0 depends on torch==2.14.1 and ...", "Because all versions of x depend on torch>=2.9
+#: and torch==2.13.0+cpu", pip's "x 1.0 depends on torch==2.14.1"
+_TORCH_WANTED = re.compile(
+    r"(?:Because (?:all versions of |only )?(?P<pkg>[A-Za-z0-9][A-Za-z0-9._-]*)(?:==(?P<ver>[^\s,]+))? depends? on "
+    r"|(?P<ppkg>[A-Za-z0-9][A-Za-z0-9._-]*) (?P<pver>[0-9][^\s,]*) depends on )torch(?P<want>[=<>!~][^\s,]*)"
+)
+_TORCH_PINNED = re.compile(r"torch==(?P<have>[^\s,]+)")
+_UNSOLVABLE = re.compile(r"No solution found when resolving|ResolutionImpossible|conflicting dependencies")
+
+
+def _torch_conflict(text: str, where: str, details: str) -> KilnError | None:
+    """A package that wants another torch than the pinned one: named, with the torch it wanted."""
+    if not _UNSOLVABLE.search(text):
+        return None
+    m = _TORCH_WANTED.search(text)
+    if m is None:
+        return None
+    pkg, ver = (m.group("pkg"), m.group("ver")) if m.group("pkg") else (m.group("ppkg"), m.group("pver"))
+    if ver is None:
+        asked = re.search(rf"you require {re.escape(pkg)}==(?P<v>[^\s,]+)", text)
+        ver = asked.group("v").rstrip(".,") if asked else None
+    want = m.group("want").rstrip(".,")
+    pins = [p.group("have").rstrip(".,") for p in _TORCH_PINNED.finditer(text[m.end():])
+            if p.group("have").rstrip(".,") != want.removeprefix("==")]
+    have = f" torch {pins[0]}" if pins else " torch"
+    return BuildError(
+        f"{pkg} {ver or '(every version)'} needs torch{want}, but the image's{have} is pinned and kiln does not "
+        f"replace it: {pkg} was refused during {where}.",
+        hint=(
+            f"Install a release of {pkg} built for the image's torch (its requirements name the torch it needs), or "
+            "build on a base whose torch it supports. The pin comes from the constraints kiln installs with (the "
+            "base image's /etc/pip/constraint.txt and a pin of its torch); never clear PIP_CONSTRAINT to get past it."
+        ),
+        details=details,
+    )
+
+
 _BASE_MISSING = re.compile(
     r"(failed to resolve source metadata for|pull access denied|manifest unknown|"
     r"repository does not exist|initializing source docker://|error creating build container|"
@@ -550,6 +588,9 @@ def classify_build_failure(
                 ),
                 details=details,
             )
+    conflict = _torch_conflict(text, where, details) if failing is not None and failing.is_instruction else None
+    if conflict is not None:
+        return conflict
     if _UNREACHABLE.search(text) and failing is not None and failing.is_instruction:
         return SourceError(
             f"the package index could not be reached during {where}.",

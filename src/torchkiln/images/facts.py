@@ -10,11 +10,13 @@ whether the image has nvcc. They come from the image itself:
   ``version.py``, its ``dist-info/METADATA``, ``/etc/pip/constraint.txt``, the CUDA toolkit's
   ``version.json``), the fat-binary entries of ``libtorch_cuda.so`` and the image config's
   environment and labels in, an :class:`ImageFacts` out;
-* :func:`collect` walks an image's layers once (the readers of :mod:`torchkiln.images.archive`),
-  keeps the final state of those paths (whiteouts applied) and reads only them: a few small files
-  and the section table and fat-binary headers of one library;
-* :func:`read_image_facts` does that for an image of the local engine (``save`` to a temporary
-  archive, read by random access), :func:`read_archive_facts` for a saved archive or OCI layout.
+* :func:`scan_layer` reads one layer's members once (from any reader: an archive by random access,
+  the engine's ``save`` on a pipe, the engine's layer folders in place) and keeps only those paths:
+  a few small files and the section table and fat-binary headers of one library; :func:`merge`
+  stacks the layers (whiteouts applied) into their final state;
+* :func:`read_image_facts` does that for an image of the local engine (in place from its storage
+  where it can, else its ``save`` on a pipe; cached by image id), :func:`read_archive_facts` for a
+  saved archive or OCI layout.
 
 The knowledge base's NGC rows are a fallback (:func:`facts_from_ngc_row`, when the image is not
 available to read) and a cross-check (:func:`cross_check`), never the source of truth.
@@ -27,9 +29,8 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,7 +111,11 @@ class ImageFacts:
     platform: str = ""
     env: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
-    #: what reading cost: bytes read from the archive, the archive's size, seconds (save + read)
+    #: how the image was read: "direct" (the engine's layer folders in place), "export" (its save on a
+    #: pipe), "archive" (a saved file); read_note says why not in place
+    read: str = ""
+    read_note: str = ""
+    #: what reading cost: bytes read, the image's size, seconds
     bytes_read: int = 0
     image_size: int = 0
     seconds: float = 0.0
@@ -216,7 +221,7 @@ def _mm(version: str) -> str:
 
 
 @dataclass
-class Collected:
+class Collected:  # noqa: D101 - the merged state of the layers (see merge)
     """The final state of the wanted paths of an image: contents of small files, the fat-binary entries."""
 
     files: dict[str, bytes] = field(default_factory=dict)
@@ -390,77 +395,136 @@ def ngc_row_for(image: str, facts: ImageFacts | None, kb: Knowledge) -> NgcRelea
 # -- reading an image -------------------------------------------------------------------------------------
 
 
-def _drop(kept: dict[str, Any], prefix: str, below: int | None, layer_of: dict[str, int]) -> None:
-    for p in [p for p in kept if p == prefix or p.startswith(prefix + "/")]:
-        if below is None or layer_of.get(p, -1) < below:
-            kept.pop(p, None)
+@dataclass
+class LayerPart:
+    """What one layer holds of the wanted paths, and what it deletes below itself (whiteouts)."""
+
+    whiteouts: list[tuple[str, str]] = field(default_factory=list)  # (path, "file" | "opaque")
+    files: dict[str, bytes] = field(default_factory=dict)
+    fatbins: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    present: set[str] = field(default_factory=set)
+    links: dict[str, str] = field(default_factory=dict)
+    members: int = 0
 
 
-def collect(layers: Iterable[tuple[int, Iterator[Member]]]) -> Collected:
-    """Walk the layers (bottom first) once and keep the final state of the wanted paths.
+#: file names whose content a hard link elsewhere in the same layer may need (uv and pip's caches
+#: hard-link the files they install: torch/version.py is then a link to the cache's copy)
+_LINK_TARGETS = ("torch/version.py", ".dist-info/METADATA", "torch/lib/libtorch_cuda.so", "etc/pip/constraint.txt",
+                 "/version.json")
 
-    Small files are read when met (a later layer may replace them); ``libtorch_cuda.so`` gets its
-    section table and fat-binary headers read, nothing else. Whiteouts and opaque directories of
-    later layers remove what lower layers put there.
-    """
+
+def _fatbin_archs(m: Member) -> tuple[str, ...]:
     from torchkiln.inspect.fatbin import FatbinError, read_fatbins
 
-    got = Collected()
-    layer_of: dict[str, int] = {}
-    for index, members in layers:
-        for m in members:
-            if m.whiteout is not None:
-                below = index if m.whiteout == "opaque" else None
-                for store in (got.files, got.fatbins, got.links):
-                    _drop(store, m.path, below, layer_of)  # type: ignore[arg-type]
-                for p in [p for p in got.present if p == m.path or p.startswith(m.path + "/")]:
-                    if below is None or layer_of.get(p, -1) < below:
-                        got.present.discard(p)
+    try:
+        with m.open_random() as f:
+            listing = read_fatbins(f)
+    except FatbinError as e:
+        raise InputError(f"/{m.path} in the image is not a readable ELF library ({e}).",
+                         hint="The image's torch is damaged; pull or rebuild it.") from None
+    return tuple(sorted({e.arch for e in listing.entries if e.kind in ("sass", "ptx")}))
+
+
+def scan_layer(members: Iterable[Member]) -> LayerPart:
+    """One layer read once: small wanted files read, ``libtorch_cuda.so``'s fat-binary headers read.
+
+    Works on any reader's members (an archive by random access, a ``save`` on a pipe, the engine's
+    layer folders in place); a layer's scan does not depend on the others, so a stream that delivers
+    layers before the manifest that orders them can be scanned as it passes. A wanted path that is a
+    hard link gets the content of its target (read when the target passed, if it could be wanted).
+    """
+    part = LayerPart()
+    #: possible hard-link targets of this layer: path -> small content, or the member (random access),
+    #: or the fat-binary archs already read (a streamed layer)
+    linkable: dict[str, bytes | Member | tuple[str, ...]] = {}
+    for m in members:
+        part.members += 1
+        if m.whiteout is not None:
+            part.whiteouts.append((m.path, m.whiteout))
+            continue
+        if m.type == "symlink" and m.path == "usr/local/cuda":
+            part.links[m.path] = m.linkname
+            continue
+        kind = _wanted(m.path)
+        if kind is None:
+            if m.type == "file" and m.path.endswith(_LINK_TARGETS):
+                if not m.path.endswith(".so"):
+                    linkable[m.path] = m.read_all(limit=16 << 20)
+                else:
+                    linkable[m.path] = m if m.random_access else _fatbin_archs(m)
+            continue
+        if m.type in ("dir", "other"):
+            continue
+        part.present.add(m.path)
+        if kind in ("python", "nvcc") or m.type == "symlink":
+            continue
+        if m.type == "hardlink":
+            target = part.files.get(m.linkname) or part.fatbins.get(m.linkname) or linkable.get(m.linkname)
+            if target is None:
                 continue
-            if m.type == "symlink" and m.path == "usr/local/cuda":
-                got.links[m.path] = m.linkname
-                layer_of[m.path] = index
-                continue
-            kind = _wanted(m.path)
-            if kind is None:
-                continue
-            for store in (got.files, got.fatbins):
-                store.pop(m.path, None)  # type: ignore[attr-defined]
-            got.present.discard(m.path)
-            layer_of[m.path] = index
-            if m.type in ("symlink", "hardlink") or kind in ("python", "nvcc"):
-                got.present.add(m.path)
-                continue
-            if m.type != "file":
-                continue
-            got.present.add(m.path)
+            if isinstance(target, Member):
+                target = _fatbin_archs(target)
+                linkable[m.linkname] = target
             if kind == "libtorch-cuda":
-                try:
-                    with m.open_random() as f:
-                        listing = read_fatbins(f)
-                except FatbinError as e:
-                    raise InputError(f"/{m.path} in the image is not a readable ELF library ({e}).",
-                                     hint="The image's torch is damaged; pull or rebuild it.") from None
-                got.fatbins[m.path] = tuple(sorted({e.arch for e in listing.entries if e.kind in ("sass", "ptx")}))
-            else:
-                got.files[m.path] = m.read_all(limit=16 << 20)
+                part.fatbins[m.path] = target if isinstance(target, tuple) else ()
+            elif isinstance(target, bytes):
+                part.files[m.path] = target
+            continue
+        if kind == "libtorch-cuda":
+            part.fatbins[m.path] = _fatbin_archs(m)
+        else:
+            part.files[m.path] = m.read_all(limit=16 << 20)
+    return part
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def merge(parts: Iterable[LayerPart]) -> Collected:
+    """The final state of the wanted paths: each layer's whiteouts remove what lower layers hold, then
+    its own entries replace theirs (bottom layer first)."""
+    got = Collected()
+    for part in parts:
+        for path, kind in part.whiteouts:
+            # a file whiteout deletes the path (and, for a folder, all under it); an opaque folder
+            # hides everything lower layers put under it: both apply to the layers below only
+            for store in (got.files, got.fatbins, got.links):
+                for p in [p for p in store if _under(p, path) and (kind == "file" or p != path)]:
+                    del store[p]  # type: ignore[attr-defined]
+            got.present -= {p for p in got.present if _under(p, path) and (kind == "file" or p != path)}
+        for p in part.present:
+            got.files.pop(p, None)
+            got.fatbins.pop(p, None)
+        got.present |= part.present
+        got.files.update(part.files)
+        got.fatbins.update(part.fatbins)
+        got.links.update(part.links)
     return got
 
 
+def collect(layers: Iterable[Iterable[Member]]) -> Collected:
+    """Scan and merge the layers (bottom first) of one image."""
+    return merge(scan_layer(members) for members in layers)
+
+
+def _image_id(config_raw: bytes) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(config_raw).hexdigest() if config_raw else ""
+
+
 def read_archive_facts(path: Path, image: str, *, tag: str | None = None, stats: IOStats | None = None) -> ImageFacts:
-    """The facts of a saved image (docker-archive or OCI layout, file or folder)."""
+    """The facts of a saved image (docker-archive or OCI layout, file or folder), read by random access."""
+    from dataclasses import replace
+
     t0 = time.perf_counter()
     stats = stats or IOStats()
     with ImageArchive(path, tag=tag, stats=stats) as img:
         meta = img.meta
-        got = collect((ref.index, img.iter_layer(ref)) for ref in meta.layers)
-    import hashlib
-
-    image_id = "sha256:" + hashlib.sha256(meta.config_raw).hexdigest() if meta.config_raw else ""
-    facts = facts_from_files(image, got, meta.config, image_id=image_id)
-    from dataclasses import replace
-
-    return replace(facts, bytes_read=stats.bytes_read, image_size=meta.archive_size,
+        got = collect(img.iter_layer(ref) for ref in meta.layers)
+    facts = facts_from_files(image, got, meta.config, image_id=_image_id(meta.config_raw))
+    return replace(facts, read="archive", bytes_read=stats.bytes_read, image_size=meta.archive_size,
                    seconds=round(time.perf_counter() - t0, 3))
 
 
@@ -471,13 +535,23 @@ def _cache_file(image_id: str) -> Path:
 
 
 def read_image_facts(
-    image: str, engine: Engine, *, progress: Callable[[str], None] | None = None, use_cache: bool = True
+    image: str, engine: Engine, *, progress: Callable[[str], None] | None = None, use_cache: bool = True,
+    read: str = "auto",
 ) -> ImageFacts:
-    """The facts of an image in the local engine: ``save`` to a temporary archive, read by random access.
+    """The facts of an image in the local engine, never running it.
 
-    Kept in torchkiln's cache folder by image id, so that a second resolve of the same image reads
-    nothing (a new pull of the tag has a new id and is read again).
+    In place from the engine's layer folders where that works (:mod:`torchkiln.images.storage`: no
+    export at all, only the wanted files are opened), else from the engine's ``save`` read once on a
+    pipe (every byte passes, only the wanted ones are kept). ``read``: "auto", "direct" or "export".
+    Kept in torchkiln's cache folder by image id, so a second resolve of the same image reads nothing
+    (a new pull of the tag has a new id and is read again).
     """
+    import os
+    from dataclasses import replace
+
+    from torchkiln.images.storage import NotInPlace, iter_layer_dir, locate, stored_meta
+    from torchkiln.images.stream import read_saved_stream
+
     details = engine.inspect_image(image)
     cache = _cache_file(details.id) if details.id else None
     if use_cache and cache is not None and cache.is_file():
@@ -486,16 +560,35 @@ def read_image_facts(
         except (ValueError, TypeError):
             pass  # a damaged cache entry: read the image again
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kiln-facts-") as tmp:
-        dest = Path(tmp) / "image.tar"
+    stats = IOStats()
+    how, why = "direct", ""
+    try:
+        if read == "export":
+            raise NotInPlace("--read export")
+        stored = locate(
+            engine.name, image, image_id=details.id, repo_tags=details.repo_tags, diff_ids=details.diff_ids,
+            driver=details.driver, driver_data=details.driver_data, size=details.size,
+            env={**os.environ, **getattr(engine.runner, "env", {})},
+        )
+    except NotInPlace as e:
+        if read == "direct":
+            raise InputError(f"{image} cannot be read in place from {engine.name}'s storage: {e}.",
+                             hint="Let kiln export it with the engine's save instead (read = auto).") from None
+        how, why = "export", str(e)
         if progress:
-            progress(f"reading the facts of {image}: {engine.name} save")
-        engine.save(image, dest)
-        facts = read_archive_facts(dest, image, tag=image)
-    from dataclasses import replace
-
-    facts = replace(facts, image_id=details.id or facts.image_id, seconds=round(time.perf_counter() - t0, 3))
-    if cache is not None:
+            progress(f"reading the facts of {image}: {engine.name} save ({why})")
+        with engine.save_stream(image) as fd:
+            meta, parts = read_saved_stream(fd, image, image, scan_layer, stats)
+        got = merge(parts)
+    else:
+        if progress:
+            progress(f"reading the facts of {image} in place ({stored.driver})")
+        meta = stored_meta(stored)
+        got = merge(scan_layer(iter_layer_dir(folder, stats)) for folder in stored.layer_dirs)
+    facts = facts_from_files(image, got, meta.config, image_id=details.id or _image_id(meta.config_raw))
+    facts = replace(facts, read=how, read_note=why, bytes_read=stats.bytes_read, image_size=details.size,
+                    seconds=round(time.perf_counter() - t0, 3))
+    if use_cache and cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             part = cache.with_suffix(".part")

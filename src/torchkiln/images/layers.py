@@ -75,6 +75,12 @@ class Member:
     _head: bytes = field(default=b"", repr=False)
     _stats: IOStats | None = field(default=None, repr=False)
 
+    @property
+    def random_access(self) -> bool:
+        """Whether the content stays readable after the next member (a view into an archive file, a file
+        in the engine's storage), not only while a streamed layer passes."""
+        return self._view is not None or self._file is not None
+
     def read_head(self, n: int) -> bytes:
         """The first ``n`` bytes of a regular file (fewer if it is shorter)."""
         if self._view is not None:
