@@ -26,7 +26,7 @@ def image_facts(image: str, engine_name: str | None = None) -> ImageFacts | None
     torch, is an ``InputError`` (exit 7); a missing engine or image is None: the resolver then uses
     the knowledge base's row of the image, with a warning.
     """
-    from torchkiln.engines import get_engine
+    from torchkiln.engines import ImageStore, get_engine
     from torchkiln.errors import EngineMissingError
     from torchkiln.images.facts import read_image_facts
 
@@ -34,7 +34,9 @@ def image_facts(image: str, engine_name: str | None = None) -> ImageFacts | None
         engine = get_engine(engine_name)
     except EngineMissingError:
         return None
-    if not engine.image_exists(image):
+    # the facts are read from the engine's save of the image: an engine without a store (apptainer)
+    # has none to read, as an engine without the image has none
+    if not isinstance(engine, ImageStore) or not engine.image_exists(image):
         return None
     return read_image_facts(image, engine)
 
@@ -44,9 +46,10 @@ def engine_facts(engine: Any, *, pull: bool = False) -> FactsReader:
     first when ``pull`` (a build needs the image anyway); None where the engine cannot hold it."""
 
     def read(image: str) -> ImageFacts | None:
+        from torchkiln.engines import ImageStore
         from torchkiln.images.facts import read_image_facts
 
-        if not hasattr(engine, "save_stream") or getattr(engine, "name", "") == "apptainer":
+        if not isinstance(engine, ImageStore):  # no store (apptainer): no image to read facts from
             return None
         if not engine.image_exists(image) and not (pull and engine.pull(image)):
             return None

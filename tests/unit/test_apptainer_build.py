@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.cli import main
+from torchkiln.contract import sif_name
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine
 from torchkiln.engines.engine import EngineInfo
-from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.errors import InputError
-from torchkiln.contract import sif_name
-from torchkiln.runner import Runner
 from torchkiln.images.sif import DataType, SifObject, read_sif, write_sif
+from torchkiln.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 SIF_NAME = "example-cpu_latest.sif"  # sif_name() of examples/cpu.toml
@@ -386,3 +386,26 @@ def test_build_help_names_apptainer(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "build", "--help")
     text = " ".join(out.split())
     assert code == 0 and "apptainer build" in text and "--bootstrap" in text and "apptainer for a .sif" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["push", "acme/x:1"], "push the file: apptainer push image.sif oras://"),
+        (["export", "acme/x:1", "--format", "oci-archive", "-o", "x.tar"], "a .sif is already a file"),
+        (["base", "bootstrap"], "bootstrap with docker or podman"),
+        (["inspect", "acme/x:1"], "give the path of the .sif file"),
+    ],
+)
+def test_commands_that_need_an_image_store_refuse_apptainer_by_capability(
+    args: list[str], words: str, tmp_path: Path, env: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """apptainer has no store: each such command says so with exit 7 and what to do instead, and runs nothing."""
+    bindir, log = apptainer_first_on_path(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, *args, "--engine", "apptainer")
+    assert code == 7, err
+    text = " ".join(err.split()).lower()
+    assert "apptainer has no image store, so it cannot" in text and words in text
+    assert "Traceback" not in err and not (log / "argv").exists() and not (tmp_path / "x.tar").exists()

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.engines import get_engine, probe_engines
-from torchkiln.engines.engine import EngineInfo, StepRecord, classify_build_failure
+from torchkiln.engines import Engine, ImageStore, OciEngine, get_engine, probe_engines, require_store
 from torchkiln.engines.docker import DockerEngine, daemon_problem, docker_candidates
+from torchkiln.engines.engine import BuildRequest, EngineInfo, StepRecord, classify_build_failure
 from torchkiln.engines.podman import PodmanEngine, needs_explicit_ulimits
 from torchkiln.errors import BuildError, EngineMissingError, InputError, SourceError
 from torchkiln.runner import Completed, Runner
@@ -54,9 +54,10 @@ def test_buildx_is_preferred_when_it_works(tmp_path: Path) -> None:
     d = fake_docker(tmp_path / "bx", client="27.0.1", buildx=True, server="27.0.1")
     engine = get_engine("docker", Runner(), {"PATH": str(d.parent)})
     assert engine.info.builder == "buildx"
-    cmd, env = engine.build_command(Path("/ctx"), Path("/ctx/Dockerfile"), target="runtime")
-    assert cmd[:4] == [str(d), "buildx", "build", "--load"]
-    assert env == {}
+    command = engine.build_command(BuildRequest(Path("/ctx"), Path("/ctx/Dockerfile"), Path("/t/iid"),
+                                                target="runtime"))
+    assert command.argv[:4] == (str(d), "buildx", "build", "--load")
+    assert command.env == {} and command.cwd is None and command.writes == Path("/t/iid")
 
 
 def test_daemon_down_says_start_it(tmp_path: Path) -> None:
@@ -96,13 +97,13 @@ def test_daemon_problem_permission() -> None:
 def test_docker_classic_build_command() -> None:
     info = EngineInfo("docker", "/x/docker", "20.10.24", "20.10.24", "buildkit")
     engine = DockerEngine(info, Runner())
-    cmd, env = engine.build_command(
-        Path("/ctx"), Path("/ctx/Dockerfile"), target="dev",
+    command = engine.build_command(BuildRequest(
+        Path("/ctx"), Path("/ctx/Dockerfile"), Path("/t/iid"), target="dev",
         secrets={"kiln-uv": Path("/s/uv.toml"), "kiln-ca": Path("/s/ca.pem")}, network="host",
-        labels={"a": "b"}, no_cache=True, iidfile=Path("/t/iid"),
-    )
-    assert env == {"DOCKER_BUILDKIT": "1"}
-    assert cmd == [
+        labels={"a": "b"}, no_cache=True,
+    ))
+    assert command.env == {"DOCKER_BUILDKIT": "1"}
+    assert list(command.argv) == [
         "/x/docker", "build", "--progress", "plain", "-f", "/ctx/Dockerfile", "--target", "dev",
         "--secret", "id=kiln-ca,src=/s/ca.pem", "--secret", "id=kiln-uv,src=/s/uv.toml",
         "--network", "host", "--label", "a=b", "--no-cache", "--iidfile", "/t/iid", "/ctx",
@@ -111,9 +112,12 @@ def test_docker_classic_build_command() -> None:
 
 def test_podman_build_command_and_gpu_flags() -> None:
     engine = PodmanEngine(EngineInfo("podman", "/x/podman", "4.3.1", "4.3.1", "buildah"), Runner())
-    cmd, env = engine.build_command(Path("/ctx"), Path("/ctx/Dockerfile"), network="default")
-    assert cmd == ["/x/podman", "build", "--layers", "-f", "/ctx/Dockerfile", "/ctx"]
-    assert engine._gpu_flags() == ["--device", "nvidia.com/gpu=all"]
+    command = engine.build_command(BuildRequest(Path("/ctx"), Path("/ctx/Dockerfile"), Path("/t/iid"),
+                                                network="default"))
+    assert list(command.argv) == ["/x/podman", "build", "--layers", "-f", "/ctx/Dockerfile", "--iidfile", "/t/iid",
+                                  "/ctx"]
+    assert engine.flavour.gpu_flags == ("--device", "nvidia.com/gpu=all")
+    assert engine.flavour.save_flags == ("--format", "docker-archive")
 
 
 def test_podman_ulimits_probe(tmp_path: Path) -> None:
@@ -195,3 +199,36 @@ def test_build_failure_diagnoses_real_extension_logs(log: str, kind_words: str, 
     assert kind_words.lower() in (err.message + (err.details or "")).lower()
     assert err.hint is not None and hint_words in (err.hint + (err.details or ""))
     assert err.details is not None and "fix:" in err.details
+
+
+def test_docker_and_podman_are_one_oci_engine_with_a_store(tmp_path: Path) -> None:
+    """One implementation, two flavours; both have the image store that apptainer lacks."""
+    docker = DockerEngine(EngineInfo("docker", "/x/docker", "27.3.1", "27.3.1", "buildx"), Runner())
+    podman = PodmanEngine(EngineInfo("podman", "/x/podman", "4.3.1", "4.3.1", "buildah"), Runner())
+    for engine in (docker, podman):
+        assert type(engine).run is OciEngine.run and type(engine).build_command is OciEngine.build_command
+        assert isinstance(engine, Engine) and isinstance(engine, ImageStore)
+        assert require_store(engine, "tag", "-") is engine
+    assert (docker.name, podman.name) == ("docker", "podman") and docker.flavour.gpu_flags == ("--gpus", "all")
+
+
+def test_load_returns_the_image_the_archive_named(tmp_path: Path) -> None:
+    fake = tmp_path / "docker"
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "load -i" ] && echo "Loaded image: kiln-test/x:1" && exit 0\nexit 3\n')
+    fake.chmod(0o755)
+    engine = DockerEngine(EngineInfo("docker", str(fake), "27.3.1", "27.3.1", "buildx"), Runner())
+    assert engine.load(tmp_path / "x.tar") == "kiln-test/x:1"
+
+
+def test_engines_import_nothing_of_the_stages_before_them() -> None:
+    """Engines run commands: they read no spec, plan or renderer (docs/architecture.md)."""
+    import ast
+
+    earlier = ("torchkiln.render", "torchkiln.build", "torchkiln.resolve", "torchkiln.spec", "torchkiln.plan",
+               "torchkiln.load", "torchkiln.knowledge", "torchkiln.cli")
+    for path in sorted((ROOT / "src" / "torchkiln" / "engines").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad = [n for n in names if n.startswith(earlier)]
+            assert not bad, f"{path.name} imports {bad}"

@@ -124,6 +124,10 @@ class FakeEngine:
     calls: list[tuple[str, object]] = field(default_factory=list)
     seen_secrets: dict[str, tuple[str, int]] = field(default_factory=dict)
 
+    @property
+    def name(self) -> str:
+        return self.info.name
+
     def run_build(self, command: BuildCommand, *, secrets: Mapping[str, Path] | None = None,
                   labels: Mapping[str, str] | None = None,
                   progress: Callable[[BuildEvent], None] | None = None) -> BuildOutcome:
@@ -150,8 +154,22 @@ class FakeEngine:
     def tag(self, source: str, ref: str) -> None:
         self.calls.append(("tag", (source, ref)))
 
-    def push(self, image: str) -> None:
+    def push(self, image: str) -> str:
         self.calls.append(("push", image))
+        return ""
+
+    # the rest of an image store: execute never needs them
+    def save(self, image: str, dest: Path) -> Path:
+        raise AssertionError("execute saves nothing")
+
+    def save_stream(self, image: str) -> object:
+        raise AssertionError("execute saves nothing")
+
+    def load(self, archive: Path) -> str:
+        raise AssertionError("execute loads nothing")
+
+    def import_tar(self, tarball: Path, ref: str, *, changes: object = ()) -> str:
+        raise AssertionError("execute imports nothing")
 
 
 def _invocation(tmp_path: Path, engine: FakeEngine, engine_name: str = "docker-buildx",

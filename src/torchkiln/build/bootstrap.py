@@ -26,7 +26,7 @@ from typing import Any
 
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import BASE_LABEL_PREFIX
-from torchkiln.engines import Engine
+from torchkiln.engines import Engine, StoreEngine, require_store
 from torchkiln.errors import BuildError, EngineMissingError, InputError
 from torchkiln.runner import Runner
 
@@ -265,6 +265,16 @@ def write_apt_sources(root: Path, suite: str, mirror: str | None) -> None:
     (root / "etc/apt/sources.list").write_text(f"deb {mirror} {suite} {components}\n")
 
 
+def base_store(engine: Engine) -> StoreEngine:
+    """The engine as the image store a base is imported into; an InputError for engines without one."""
+    return require_store(
+        engine, "import a bootstrapped base",
+        "Bootstrap with docker or podman (--engine docker), write it as a file with `kiln export "
+        "kiln-base:bookworm --format oci-archive -o base.tar`, and build with `kiln build SPEC "
+        "--engine apptainer --bootstrap oci-archive --from base.tar`.",
+    )
+
+
 def bootstrap(
     engine: Engine,
     request: BaseRequest,
@@ -281,6 +291,7 @@ def bootstrap(
     Downloaded .deb files are kept in ``package_cache`` (default: the torchkiln cache folder), so
     bootstrapping the same suite again (for another engine, or with ``force``) downloads nothing.
     """
+    store = base_store(engine)  # refused before debootstrap runs, not after
     runner = runner or engine.runner
     image = request.image
     start = time.monotonic()
@@ -355,7 +366,7 @@ def bootstrap(
             'CMD ["/bin/bash"]',
             *(f'LABEL {k}="{v}"' for k, v in labels.items()),
         ]
-        engine.import_tar(tarball, image, changes=changes)
+        store.import_tar(tarball, image, changes=changes)
     details = engine.inspect_image(image)
     return BaseResult(image, True, time.monotonic() - start, details.size, python, mirror, request.suite)
 

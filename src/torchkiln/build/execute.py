@@ -20,33 +20,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from torchkiln.build import sources as src
 from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX
-from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, EngineInfo, ImageDetails, StepRecord
+from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
 from torchkiln.errors import BuildError, InputError, LockError, ResolveError
+from torchkiln.images.sif import is_sif
 from torchkiln.load import engine_facts, load_plan
 from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
-from torchkiln.images.sif import is_sif
-
-
-class BuildEngine(Protocol):
-    """What ``execute`` asks of an engine (docker, podman, apptainer, or a test's fake)."""
-
-    info: EngineInfo
-    runner: Runner
-
-    def run_build(self, command: BuildCommand, *, secrets: Mapping[str, Path] | None = None,
-                  labels: Mapping[str, str] | None = None,
-                  progress: Callable[[BuildEvent], None] | None = None) -> BuildOutcome: ...
-    def image_exists(self, image: str) -> bool: ...
-    def pull(self, image: str, *, timeout: float | None = 120) -> bool: ...
-    def inspect_image(self, image: str) -> ImageDetails: ...
-    def tag(self, source: str, ref: str) -> None: ...
-    def push(self, image: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -131,7 +115,7 @@ def cache_counts(steps: tuple[StepRecord, ...]) -> tuple[int, int]:
     return hits, len(counted) - hits
 
 
-def ensure_base(engine: BuildEngine, base: str, python: str, python_source: str) -> None:
+def ensure_base(engine: Engine, base: str, python: str, python_source: str) -> None:
     """The base image must be local or pullable, and hold the Python the plan needs."""
     if not engine.image_exists(base) and not engine.pull(base):
         raise InputError(
@@ -145,7 +129,7 @@ def ensure_base(engine: BuildEngine, base: str, python: str, python_source: str)
     _check_base_python(base, engine.inspect_image(base).labels, python, python_source)
 
 
-def check_locked_base(engine: BuildEngine, base: str, base_id: str, lock: str) -> None:
+def check_locked_base(engine: Engine, base: str, base_id: str, lock: str) -> None:
     """A locked build FROM a base that only the local store has: it must be the image the lock saw."""
     found = engine.inspect_image(base).id
     if found != base_id:
@@ -169,7 +153,7 @@ def _check_base_python(base: str, labels: Mapping[str, str], python: str, python
         )
 
 
-def ensure_sif_base(engine: BuildEngine, options: ApptainerOptions, python: str, python_source: str,
+def ensure_sif_base(engine: Engine, options: ApptainerOptions, python: str, python_source: str,
                     base_image: str) -> None:
     """A file bootstrap's base must exist (a ``localimage`` .sif: and hold the plan's Python).
 
@@ -194,7 +178,7 @@ def ensure_sif_base(engine: BuildEngine, options: ApptainerOptions, python: str,
 
 def execute(
     inv: BuildInvocation,
-    engine: BuildEngine,
+    engine: Engine,
     *,
     progress: Callable[[BuildEvent], None] | None = None,
     started: float | None = None,
@@ -228,15 +212,19 @@ def execute(
             f"{inv.engine.name} reported success but wrote no image id.",
             hint="Rerun with --debug and check the engine's output.",
         )
-    for ref in inv.tags:
-        engine.tag(outcome.image_id, ref)
+    # only an image in a store has tags (a .sif is named by its path): plan_build gives a .sif none
+    store = require_store(engine, "tag an image", "Build with docker or podman.") if inv.tags else None
+    if store is not None:
+        for ref in inv.tags:
+            store.tag(outcome.image_id, ref)
     details = engine.inspect_image(inv.image)
-    for ref in inv.tags if inv.push else ():
-        engine.push(ref)
-    if inv.cache_push is not None:  # the classic builder's inline cache travels in the image itself
+    if store is not None and inv.push:
+        for ref in inv.tags:
+            store.push(ref)
+    if store is not None and inv.cache_push is not None:  # the classic builder's inline cache travels in the image
         if not (inv.push and inv.cache_push in inv.tags):
-            engine.tag(outcome.image_id, inv.cache_push)
-            engine.push(inv.cache_push)
+            store.tag(outcome.image_id, inv.cache_push)
+            store.push(inv.cache_push)
     if output is not None:  # apptainer caches base layers, never build steps: every stage runs
         hits, misses = 0, len([s for s in outcome.steps if s.is_instruction])
         export_stage, image_id, size = "sif", details.id, Path(inv.image).stat().st_size

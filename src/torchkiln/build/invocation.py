@@ -14,8 +14,9 @@ folder beside its destination and moved into place only after the build succeede
 
 To add a build option (a platform, cache import/export, a push destination): a field on
 ``BuildOptions`` (what the user asked), a field here (what the build will do), computed in
-``plan_build``, and its spelling in the engine's ``build_command``; ``execute`` needs a change only
-when the option adds a step after the build (as ``push`` does).
+``plan_build`` and passed on in the ``BuildRequest`` (``torchkiln.engines.engine``), and its
+spelling in each engine's ``build_command`` (docker and podman: their flavour's ``spell_build``);
+``execute`` needs a change only when the option adds a step after the build (as ``push`` does).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torchkiln.build.context import ContextFiles, apptainer_context, dockerfile_
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime
-from torchkiln.engines.engine import BuildCommand, EngineInfo, check_reference
+from torchkiln.engines.engine import BuildCommand, BuildRequest, EngineInfo, check_reference
 from torchkiln.errors import InputError
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions
@@ -70,7 +71,7 @@ class CommandSpeller(Protocol):
 
     info: EngineInfo
 
-    def build_command(self, context: Path, dockerfile: Path, **options: Any) -> tuple[list[str], dict[str, str]]: ...
+    def build_command(self, request: BuildRequest) -> BuildCommand: ...
 
 
 @dataclass(frozen=True)
@@ -251,28 +252,27 @@ def plan_build(
         files = apptainer_context(plan, spec_dir, app)
         writes = partial_path(dest)
         # apptainer shares the host's network, so local index servers on 127.0.0.1 need no option
-        argv, env = engine.build_command(context, context / DEFFILE, no_cache=options.no_cache, output=writes)
+        command = engine.build_command(BuildRequest(context, context / DEFFILE, writes, no_cache=options.no_cache))
         base = app.from_value(plan)
         return BuildInvocation(
             engine=info, target="runtime", image=str(dest), context=context, files=files,
-            command=BuildCommand(tuple(argv), env, context, writes), secrets=secrets, network=network, tags=(),
+            command=command, secrets=secrets, network=network, tags=(),
             push=False, no_cache=options.no_cache, scratch=scratch,
             base_image=base if app.bootstrap == "docker" else f"{app.bootstrap}:{base}",
             python=plan.python, python_source=plan.python_source, sources=sources, apptainer=app,
         )
     ref = image_ref(plan, options.target, options.tag)
     files = dockerfile_context(plan, spec_dir)
-    iid = scratch / "iid"
     cache_from = tuple(check_reference(r, "--cache-from") for r in options.cache_from)
     cache_to = None if options.cache_to is None else check_reference(options.cache_to, "--cache-to")
-    argv, env = engine.build_command(context, context / "Dockerfile", target=options.target, secrets=secrets,
-                                     network=network, no_cache=options.no_cache, iidfile=iid,
-                                     cache_from=cache_from, cache_to=cache_to,
-                                     **({"platform": options.platform} if options.platform else {}))
+    command = engine.build_command(BuildRequest(
+        context, context / "Dockerfile", scratch / "iid", target=options.target, secrets=secrets, network=network,
+        no_cache=options.no_cache, platform=options.platform, cache_from=cache_from, cache_to=cache_to,
+    ))
     inline = cache_to is not None and info.name == "docker" and info.builder != "buildx"
     return BuildInvocation(
         engine=info, target=options.target, image=ref, context=context, files=files,
-        command=BuildCommand(tuple(argv), env, None, iid), secrets=secrets, network=network, tags=(ref,),
+        command=command, secrets=secrets, network=network, tags=(ref,),
         push=options.push, no_cache=options.no_cache, scratch=scratch, base_image=plan.base_image,
         python=plan.python, python_source=plan.python_source, sources=sources, platform=options.platform,
         cache_from=cache_from, cache_to=cache_to, cache_push=cache_to if inline else None,

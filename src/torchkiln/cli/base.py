@@ -7,12 +7,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchkiln.build.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRequest, bootstrap
+from torchkiln.build.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRequest, base_store, bootstrap
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import StepDisplay, human_size, live_output, make_runner
 from torchkiln.engines import get_engine
-from torchkiln.errors import InputError
 
 EngineOpt = Annotated[
     str | None,
@@ -57,14 +56,7 @@ def bootstrap_cmd(
     packages = tuple(dict.fromkeys([*DEFAULT_PACKAGES, *(package or [])]))
     request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag)
     runner = make_runner()
-    engine = get_engine(engine_name, runner)
-    if engine.info.name == "apptainer":  # it has no image store: refuse before debootstrap runs, not after
-        raise InputError(
-            "kiln base bootstrap imports the base into an engine's image store, and apptainer has none.",
-            hint="Bootstrap with docker or podman (--engine docker), write it as a file with `kiln export "
-                 "kiln-base:bookworm --format oci-archive -o base.tar`, and build with `kiln build SPEC "
-                 "--engine apptainer --bootstrap oci-archive --from base.tar`.",
-        )
+    engine = base_store(get_engine(engine_name, runner))  # apptainer has no store: refused before any work
     if not json:
         err_console.print(
             f"bootstrapping {escape(request.image)} ({suite}, {', '.join(packages)}) into {engine.name}",

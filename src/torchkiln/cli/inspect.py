@@ -322,11 +322,12 @@ def inspect_cmd(
                 hint="Check the path, or give the name of an image in the local docker/podman.",
             )
         else:
-            from torchkiln.engines import get_engine
+            from torchkiln.engines import get_engine, require_store
             from torchkiln.runner import Runner
 
             echo = (lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]")) if state.debug else None
-            engine = get_engine(engine_name, Runner(echo=echo))
+            engine = require_store(get_engine(engine_name, Runner(echo=echo)), "save an image to inspect",
+                                   "Give the path of the .sif file: kiln inspect IMAGE.sif")
             report = inspect_image_name(
                 target, tg, engine, all_sections=all_sections, progress=progress, read=read  # type: ignore[arg-type]
             )

@@ -18,7 +18,7 @@ from rich.markup import escape
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, print_json
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
-from torchkiln.engines import ApptainerEngine, get_engine
+from torchkiln.engines import get_engine, require_store
 from torchkiln.errors import InputError
 
 
@@ -41,10 +41,8 @@ def push_cmd(
     json: JsonOpt = False,
 ) -> None:
     """Push an image (or a spec's built image) to its registry, with the engine's own login."""
-    engine = get_engine(engine_name, make_runner())
-    if isinstance(engine, ApptainerEngine):
-        raise InputError("apptainer has no image store to push a tag from: the image is a .sif file.",
-                         hint="Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
+    engine = require_store(get_engine(engine_name, make_runner()), "push an image by tag",
+                           "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
     source = image
     if _is_spec(image):
         from torchkiln.contract import image_ref

@@ -8,6 +8,10 @@ not and what to install or start.
 Apptainer (``.sif`` files, for HPC sites) is an engine too, but it is never picked on its own: it
 has no image store, so an image built with it is not where docker/podman users look for one. It is
 used only when named (``--engine apptainer`` or ``KILN_ENGINE=apptainer``).
+
+Every engine is an ``Engine`` (the protocol in ``engine.py``); docker and podman are one
+``OciEngine`` with a flavour each and are also an ``ImageStore``. Code that needs a store asks
+``require_store(engine, …)``, never the engine's name or class.
 """
 
 from __future__ import annotations
@@ -17,23 +21,26 @@ from collections.abc import Mapping
 
 from torchkiln.engines.apptainer import INSTALL_HINT as APPTAINER_INSTALL_HINT
 from torchkiln.engines.apptainer import ApptainerEngine, probe_apptainer
+from torchkiln.engines.docker import DOCKER, DockerEngine
 from torchkiln.engines.engine import (
     AUTO_ENGINES,
     ENGINE_NAMES,
     BuildCommand,
     BuildEvent,
     BuildOutcome,
+    BuildRequest,
     Engine,
     EngineInfo,
     EngineName,
     ImageDetails,
+    ImageStore,
     Mount,
     StepRecord,
+    StoreEngine,
+    require_store,
 )
-from torchkiln.engines.docker import INSTALL_HINT as DOCKER_INSTALL_HINT
-from torchkiln.engines.docker import DockerEngine, Probe, docker_candidates, probe_docker
-from torchkiln.engines.podman import INSTALL_HINT as PODMAN_INSTALL_HINT
-from torchkiln.engines.podman import PodmanEngine, probe_podman
+from torchkiln.engines.oci import OciEngine, OciFlavour, Probe
+from torchkiln.engines.podman import PODMAN, PodmanEngine
 from torchkiln.errors import EngineMissingError
 from torchkiln.runner import Runner
 
@@ -43,17 +50,26 @@ __all__ = [
     "BuildCommand",
     "BuildEvent",
     "BuildOutcome",
+    "BuildRequest",
     "DockerEngine",
     "Engine",
     "EngineInfo",
     "EngineName",
     "ImageDetails",
+    "ImageStore",
     "Mount",
+    "OciEngine",
+    "OciFlavour",
     "PodmanEngine",
     "StepRecord",
+    "StoreEngine",
     "get_engine",
     "probe_engines",
+    "require_store",
 ]
+
+#: the engines with an image store, in the order they are tried when none is named
+OCI_FLAVOURS: tuple[OciFlavour, ...] = (DOCKER, PODMAN)
 
 
 def probe_engines(
@@ -79,17 +95,17 @@ def probe_engines(
             return [Probe("apptainer", None, e.message, e.hint or APPTAINER_INSTALL_HINT)]
         return [Probe(engine.info.binary, engine)]
     assert wanted is None or wanted in AUTO_ENGINES
-    if wanted in (None, "docker"):
-        for binary in docker_candidates(env):
-            p = probe_docker(binary, runner)
+    for flavour in OCI_FLAVOURS:
+        if wanted not in (None, flavour.name):
+            continue
+        candidates = flavour.candidates(env)
+        if not candidates:
+            probes.append(Probe(flavour.name, None, f"{flavour.name} is not installed", flavour.install_hint))
+        for binary in candidates:
+            p = flavour.probe(binary, runner)
             probes.append(p)
             if p.engine is not None:
                 return probes
-        if not docker_candidates(env):
-            probes.append(Probe("docker", None, "docker is not installed", DOCKER_INSTALL_HINT))
-    if wanted in (None, "podman"):
-        p = probe_podman(runner, env.get("KILN_PODMAN"), env.get("PATH", ""))
-        probes.append(p)
     return probes
 
 
@@ -112,6 +128,6 @@ def get_engine(
     for p in probes:
         if p.hint and p.hint not in hints:
             hints.append(p.hint)
-    if DOCKER_INSTALL_HINT in hints and PODMAN_INSTALL_HINT in hints:  # the docker hint names podman too
-        hints.remove(PODMAN_INSTALL_HINT)
+    if DOCKER.install_hint in hints and PODMAN.install_hint in hints:  # the docker hint names podman too
+        hints.remove(PODMAN.install_hint)
     raise EngineMissingError(f"{what} ({reasons}).", hint=" ".join(hints))

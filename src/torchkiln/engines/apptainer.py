@@ -1,10 +1,11 @@
 """Apptainer (or SingularityCE) as an engine: ``apptainer build`` of the rendered definition file.
 
-Apptainer has no image store: an image is a ``.sif`` file, named by its path. So ``build`` takes
-the definition (``kiln.def``) in place of a Dockerfile and writes ``output`` (a ``.sif``);
-``run`` is ``apptainer exec`` (``--nv`` for GPUs, ``--bind`` for mounts); ``image_exists`` and
-``inspect_image`` read the SIF file itself (``torchkiln.images.sif``). What has no meaning without a store
-(``save``, ``tag``, ``push``, ``import_tar``) raises an ``InputError`` that says what to do instead.
+A peer of ``OciEngine``: it implements the ``Engine`` protocol and not ``ImageStore``, because
+apptainer has no image store: an image is a ``.sif`` file, named by its path. So a build request's
+``build_file`` is the definition (``kiln.def``) and ``writes`` is the ``.sif``; ``run`` is ``apptainer
+exec`` (``--nv`` for GPUs, ``--bind`` for mounts); ``image_exists`` and ``inspect_image`` read the
+SIF file itself (``torchkiln.images.sif``). Commands that need a store (``kiln push``, ``export``,
+``base bootstrap``, ``inspect`` of an image name) ask ``require_store`` and say what to do instead.
 
 Builds run ``apptainer build`` in the definition's folder (its ``%files`` paths are relative to
 it), with ``--fakeroot`` when not root (user namespaces; apptainer 1.1+ needs no setuid for it).
@@ -23,11 +24,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.engines.engine import (
     BuildCommand,
     BuildEvent,
     BuildOutcome,
-    Engine,
+    BuildRequest,
     EngineInfo,
     EngineName,
     ImageDetails,
@@ -35,10 +37,9 @@ from torchkiln.engines.engine import (
     ProgressCallback,
     StepRecord,
 )
-from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.errors import BuildError, EngineMissingError, InputError
-from torchkiln.runner import Completed, Runner
 from torchkiln.images.sif import INSPECT_METADATA, is_sif, read_sif
+from torchkiln.runner import Completed, Runner
 
 #: the name engines are selected by (``kiln build --engine apptainer``)
 APPTAINER: EngineName = "apptainer"
@@ -111,12 +112,18 @@ class _Steps:
         self._close("done" if ok else "error")
 
 
-class ApptainerEngine(Engine):
+class ApptainerEngine:
+    """Implements ``Engine`` (not ``ImageStore``: an image is a ``.sif`` file, named by its path)."""
+
     name: EngineName = APPTAINER
 
     def __init__(self, info: EngineInfo, runner: Runner, *, fakeroot: bool | None = None) -> None:
-        super().__init__(info, runner)
+        self.info = info
+        self.runner = runner
         self._fakeroot = fakeroot
+
+    def __repr__(self) -> str:
+        return f"ApptainerEngine({self.info!r})"
 
     @property
     def fakeroot(self) -> bool:
@@ -124,48 +131,21 @@ class ApptainerEngine(Engine):
         return os.geteuid() != 0 if self._fakeroot is None else self._fakeroot
 
     # -- building -----------------------------------------------------------------------------------
-    def build_command(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        iidfile: Path | None = None,
-        output: Path | None = None,
-    ) -> tuple[list[str], dict[str, str]]:
-        """``apptainer build [--fakeroot] --force [--disable-cache] OUTPUT DEF``, run in ``context``."""
-        require_runtime(target)
+    def build_command(self, request: BuildRequest) -> BuildCommand:
+        """``apptainer build [--fakeroot] --force [--disable-cache] WRITES DEF``, run in the definition's folder.
+
+        Secrets and labels are not on the command line: ``run_build`` places them beside the
+        definition; apptainer shares the host's network, so ``request.network`` needs no option.
+        """
+        require_runtime(request.target)
         cmd = [self.info.binary, "build"]
         if self.fakeroot:
             cmd.append("--fakeroot")
         cmd.append("--force")
-        if no_cache:
+        if request.no_cache:
             cmd.append("--disable-cache")
-        cmd += [str(output or context / "image.sif"), str(dockerfile)]
-        return cmd, {}
-
-    def build(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        progress: ProgressCallback | None = None,
-        output: Path | None = None,
-    ) -> BuildOutcome:
-        """Build ``dockerfile`` (a definition file) into ``output`` (default ``context/image.sif``)."""
-        out = (output or context / "image.sif").resolve()
-        cmd, env = self.build_command(context, dockerfile, target=target, no_cache=no_cache, output=out)
-        return self.run_build(BuildCommand(tuple(cmd), env, context, out), secrets=secrets, labels=labels,
-                              progress=progress)
+        cmd += [str(request.writes), str(request.build_file)]
+        return BuildCommand(tuple(cmd), {}, request.context, request.writes)
 
     def run_build(
         self,
@@ -230,7 +210,7 @@ class ApptainerEngine(Engine):
         # no command: the image's runscript (what docker calls the image's CMD)
         cmd = [self.info.binary, "exec" if argv or entrypoint else "run"]
         if gpus:
-            cmd += self._gpu_flags()
+            cmd.append("--nv")
         for m in mounts:
             cmd += ["--bind", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
         for k, v in (env or {}).items():
@@ -329,32 +309,6 @@ class ApptainerEngine(Engine):
     def pull(self, image: str, *, timeout: float | None = 120) -> bool:
         """True when ``image`` is a SIF on disk; registry bases are pulled by ``apptainer build`` itself."""
         return is_sif(Path(image))
-
-    def _no_store(self, what: str, hint: str) -> InputError:
-        return InputError(f"apptainer has no image store, so it cannot {what}.", hint=hint)
-
-    def save(self, image: str, dest: Path) -> Path:
-        raise self._no_store("save an image as a docker-archive",
-                             "A .sif is already a file: copy it. To get archives, build with docker or podman and "
-                             "use `kiln export IMAGE --format docker-archive|oci-archive`.")
-
-    def tag(self, source: str, ref: str) -> None:
-        raise self._no_store("tag images", f"Copy or rename the file: cp {source} {ref}")
-
-    def push(self, image: str) -> str:
-        raise self._no_store("push by tag",
-                             f"Push the file to an OCI registry with `apptainer push {image} oras://REGISTRY/NAME:TAG`.")
-
-    def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str:
-        raise self._no_store("import a root-filesystem tar",
-                             "Use `Bootstrap: docker-archive` / `oci-archive` in the definition "
-                             "(kiln render --format apptainer --bootstrap ... --from FILE).")
-
-    def _gpu_flags(self) -> list[str]:
-        return ["--nv"]
-
-    def _save_command(self, image: str, dest: Path | None) -> list[str]:
-        raise self._no_store("save images", "Copy the .sif file.")
 
 
 def _build_error(steps: _Steps, result: Completed, fakeroot: bool) -> BuildError:

@@ -1,5 +1,5 @@
-"""Docker with BuildKit: ``docker buildx build`` where the buildx plugin works, else the classic
-client (Docker < 23) with ``DOCKER_BUILDKIT=1``.
+"""Docker with BuildKit, the docker flavour of ``OciEngine``: ``docker buildx build`` where the buildx
+plugin works, else the classic client (Docker < 23) with ``DOCKER_BUILDKIT=1``.
 
 Detection probes every ``docker`` executable on PATH in order (or the one named by
 ``KILN_DOCKER``): a client of Docker 23 or newer without buildx cannot use BuildKit at all, so a
@@ -9,14 +9,13 @@ plain ``which docker`` is not enough — an older client further down PATH may b
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from torchkiln.engines.engine import Engine, EngineInfo, EngineName, ProgressCallback, build_flags
+from torchkiln.engines.engine import BuildRequest, EngineInfo
+from torchkiln.engines.oci import OciEngine, OciFlavour, Probe, common_build_flags, parse_version
 from torchkiln.engines.progress import BuildKitProgress
 from torchkiln.runner import Runner
 
@@ -33,82 +32,36 @@ INSTALL_HINT = (
 )
 
 
-class DockerEngine(Engine):
-    name: EngineName = "docker"
+def spell_build(request: BuildRequest, info: EngineInfo) -> tuple[list[str], dict[str, str]]:
+    """``docker buildx build --load`` where buildx works, else the classic client with ``DOCKER_BUILDKIT=1``;
+    BuildKit's plain progress either way (``BuildKitProgress`` reads it)."""
+    env: dict[str, str] = {}
+    if info.builder == "buildx":
+        cmd = [info.binary, "buildx", "build", "--load"]
+    else:
+        cmd = [info.binary, "build"]
+        env["DOCKER_BUILDKIT"] = "1"
+    cache = cache_flags(info, request.cache_from, request.cache_to)
+    return [*cmd, "--progress", "plain", *common_build_flags(request, cache)], env
 
-    def build_command(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        iidfile: Path | None = None,
-        platform: str | None = None,
-        cache_from: Sequence[str] = (),
-        cache_to: str | None = None,
-    ) -> tuple[list[str], dict[str, str]]:
-        env: dict[str, str] = {}
-        if self.info.builder == "buildx":
-            cmd = [self.info.binary, "buildx", "build", "--load"]
-        else:
-            cmd = [self.info.binary, "build"]
-            env["DOCKER_BUILDKIT"] = "1"
-        cmd += ["--progress", "plain", "-f", str(dockerfile)]
-        cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
-                           no_cache=no_cache, iidfile=iidfile, platform=platform,
-                           cache=self.cache_flags(cache_from, cache_to))
-        return cmd, env
 
-    def cache_flags(self, cache_from: Sequence[str], cache_to: str | None) -> list[str]:
-        """Registry build cache: buildx exports every stage's steps (``mode=max``) to a cache
-        manifest of its own; the classic builder can only write the cache metadata into the image
-        itself (``BUILDKIT_INLINE_CACHE``: the final stage's steps), which is then pushed as
-        ``cache_to`` after the build, and reads it back with a plain ``--cache-from REF``."""
-        flags: list[str] = []
-        if self.info.builder == "buildx":
-            for ref in cache_from:
-                flags += ["--cache-from", f"type=registry,ref={ref}"]
-            if cache_to:
-                flags += ["--cache-to", f"type=registry,ref={cache_to},mode=max"]
-            return flags
+def cache_flags(info: EngineInfo, cache_from: Sequence[str], cache_to: str | None) -> list[str]:
+    """Registry build cache: buildx exports every stage's steps (``mode=max``) to a cache
+    manifest of its own; the classic builder can only write the cache metadata into the image
+    itself (``BUILDKIT_INLINE_CACHE``: the final stage's steps), which is then pushed as
+    ``cache_to`` after the build, and reads it back with a plain ``--cache-from REF``."""
+    flags: list[str] = []
+    if info.builder == "buildx":
         for ref in cache_from:
-            flags += ["--cache-from", ref]
+            flags += ["--cache-from", f"type=registry,ref={ref}"]
         if cache_to:
-            flags += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+            flags += ["--cache-to", f"type=registry,ref={cache_to},mode=max"]
         return flags
-
-    def _progress_parser(self, progress: ProgressCallback | None) -> BuildKitProgress:
-        return BuildKitProgress(progress)
-
-    def _gpu_flags(self) -> list[str]:
-        return ["--gpus", "all"]
-
-    def _save_command(self, image: str, dest: Path | None) -> list[str]:
-        return [self.info.binary, "save", *(["-o", str(dest)] if dest is not None else []), image]
-
-
-@dataclass(frozen=True)
-class Probe:
-    """The outcome of probing one candidate binary: an engine, or why it is unusable (and a hint)."""
-
-    binary: str
-    engine: Engine | None
-    reason: str = ""
-    hint: str = ""
-
-
-def _version(text: str) -> Version | None:
-    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
-    if not m:
-        return None
-    try:
-        return Version(m.group(1))
-    except InvalidVersion:
-        return None
+    for ref in cache_from:
+        flags += ["--cache-from", ref]
+    if cache_to:
+        flags += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+    return flags
 
 
 def docker_candidates(env: Mapping[str, str] | None = None) -> list[str]:
@@ -154,7 +107,7 @@ def probe_docker(binary: str, runner: Runner) -> Probe:
     ver = runner.run([binary, "--version"], check=False)
     if ver.returncode != 0:
         return Probe(binary, None, f"`{binary} --version` failed", INSTALL_HINT)
-    client = _version(ver.stdout)
+    client = parse_version(ver.stdout)
     bx = runner.run([binary, "buildx", "version"], check=False)
     if bx.returncode == 0:
         builder = "buildx"
@@ -173,7 +126,7 @@ def probe_docker(binary: str, runner: Runner) -> Probe:
     if srv.returncode != 0 or not srv.stdout.strip():
         reason, hint = daemon_problem(srv.output)
         return Probe(binary, None, reason, hint)
-    server = _version(srv.stdout)
+    server = parse_version(srv.stdout)
     if server is None or server < MIN_SERVER:
         return Probe(
             binary,
@@ -183,3 +136,22 @@ def probe_docker(binary: str, runner: Runner) -> Probe:
         )
     info = EngineInfo("docker", binary, str(client or "?"), srv.stdout.strip(), builder)
     return Probe(binary, DockerEngine(info, runner))
+
+
+DOCKER = OciFlavour(
+    name="docker",
+    spell_build=spell_build,
+    progress=BuildKitProgress,
+    gpu_flags=("--gpus", "all"),
+    save_flags=(),
+    candidates=docker_candidates,
+    probe=probe_docker,
+    install_hint=INSTALL_HINT,
+)
+
+
+class DockerEngine(OciEngine):
+    """``OciEngine`` with the docker flavour."""
+
+    def __init__(self, info: EngineInfo, runner: Runner) -> None:
+        super().__init__(DOCKER, info, runner)

@@ -1,21 +1,22 @@
 """The engine interface: the only code in torchkiln that builds or runs containers.
 
-One small abstract class (``Engine``) with one implementation per engine (``docker.py`` for
-BuildKit through the docker CLI, ``podman.py``, ``apptainer.py`` for ``.sif`` files). Everything an
-engine returns is a frozen dataclass, so callers never parse engine output themselves.
+Two small protocols: ``Engine``, what every engine does (spell a build from a ``BuildRequest``,
+run it, run a container, find, read and remove images), and ``ImageStore``, what engines with an
+image store add (save, load, tag, push, import). Two implementations: ``OciEngine`` (``oci.py``) for
+docker and podman, which differ only in a flavour (``docker.py``, ``podman.py``), and
+``ApptainerEngine`` (``apptainer.py``, ``.sif`` files, no store). Callers that need a store ask
+with ``require_store``. Everything an engine returns is a frozen dataclass, so callers never parse
+engine output themselves.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import tempfile
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from torchkiln.diagnose import diagnose, format_diagnoses
 from torchkiln.errors import BuildError, InputError, KilnError, RegistryAuthError, RegistryError, SourceError
@@ -146,8 +147,8 @@ class ImageDetails:
     def from_inspect(cls, data: Mapping[str, Any]) -> ImageDetails:
         config = data.get("Config") or {}
         rootfs = data.get("RootFS") or {}
-        graph = data.get("GraphDriver") if isinstance(data.get("GraphDriver"), dict) else {}
-        gdata = graph.get("Data") if isinstance(graph.get("Data"), dict) else {}
+        graph: Mapping[str, Any] = data["GraphDriver"] if isinstance(data.get("GraphDriver"), dict) else {}
+        gdata: Mapping[str, Any] = graph["Data"] if isinstance(graph.get("Data"), dict) else {}
         return cls(
             id=str(data.get("Id", "")),
             size=int(data.get("Size", 0)),
@@ -179,44 +180,47 @@ class ProgressParser(Protocol):
     def finish(self, ok: bool) -> None: ...
 
 
-class Engine(ABC):
-    """A container engine. Every method runs the engine's CLI through ``runner``."""
+@dataclass(frozen=True)
+class BuildRequest:
+    """One build as an engine is asked to spell it: everything ``build_command`` reads.
+
+    A new build option is a field here and its spelling in each engine's ``build_command`` (for
+    docker and podman: their flavour's ``spell_build``); no signature changes anywhere else.
+    """
+
+    context: Path
+    #: the Dockerfile, or apptainer's definition file
+    build_file: Path
+    #: the file the build leaves: the image-id file (docker/podman ``--iidfile``) or the ``.sif`` itself
+    writes: Path
+    target: str | None = None
+    #: build secrets by id, and the file each is read from
+    secrets: Mapping[str, Path] = field(default_factory=dict)
+    network: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    no_cache: bool = False
+    #: the OCI platform to build for (``--platform``); None = the builder's own
+    platform: str | None = None
+    #: registry build cache: references to import steps from, and one to export this build's steps to
+    #: (checked references; each flavour spells them its own way)
+    cache_from: Sequence[str] = ()
+    cache_to: str | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What every engine does (docker, podman, apptainer, a test's fake): build, run, find and read images.
+
+    ``build_command`` is pure (it spells the build for ``kiln build --dry-run``); ``run_build``
+    runs exactly what it spelled. Images are named by reference in docker/podman and by path
+    (a ``.sif``) in apptainer.
+    """
 
     name: EngineName
+    info: EngineInfo
+    runner: Runner
 
-    def __init__(self, info: EngineInfo, runner: Runner) -> None:
-        self.info = info
-        self.runner = runner
-
-    # -- the interface -------------------------------------------------------------------------
-    def version(self) -> EngineInfo:
-        return self.info
-
-    def build(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> BuildOutcome:
-        """Build ``dockerfile`` in ``context``; the image is left untagged (tag it with ``tag``).
-
-        ``build_command`` with an image-id file in a temporary folder, then ``run_build``: for
-        callers that build a context of their own (benchmarks, tests); ``kiln build`` plans its
-        command first (``torchkiln.build.invocation``) and calls ``run_build`` with it.
-        """
-        with tempfile.TemporaryDirectory(prefix="kiln-iid-") as tmp:
-            iid = Path(tmp) / "iid"
-            cmd, env = self.build_command(
-                context, dockerfile, target=target, secrets=secrets, network=network,
-                labels=labels, no_cache=no_cache, iidfile=iid,
-            )
-            return self.run_build(BuildCommand(tuple(cmd), env, None, iid), secrets=secrets, progress=progress)
+    def build_command(self, request: BuildRequest) -> BuildCommand: ...
 
     def run_build(
         self,
@@ -225,48 +229,7 @@ class Engine(ABC):
         secrets: Mapping[str, Path] | None = None,
         labels: Mapping[str, str] | None = None,
         progress: ProgressCallback | None = None,
-    ) -> BuildOutcome:
-        """Run exactly ``command``; the image id is what it wrote to ``command.writes``.
-
-        Shared by the engines that build OCI images from a Dockerfile (docker, podman): each gives
-        its command line (``build_command``: secrets and labels are in it) and its progress parser.
-        """
-        parser = self._progress_parser(progress)
-        name = self.info.name
-        result = self.runner.run(list(command.argv), env=dict(command.env), cwd=command.cwd, on_line=parser.feed,
-                                 check=False, what=f"{name} build")
-        parser.finish(result.returncode == 0)
-        if result.returncode != 0:
-            raise build_failure(name, parser.failed, result)
-        image_id = command.writes.read_text().strip() if command.writes.exists() else ""
-        return BuildOutcome(image_id=image_id, seconds=result.seconds, steps=parser.steps)
-
-    def _progress_parser(self, progress: ProgressCallback | None) -> ProgressParser:
-        """The parser of this engine's build output (engines that override ``build`` need none)."""
-        raise NotImplementedError(f"{type(self).__name__} has no build progress parser")
-
-    @abstractmethod
-    def build_command(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        iidfile: Path | None = None,
-        platform: str | None = None,
-        cache_from: Sequence[str] = (),
-        cache_to: str | None = None,
-    ) -> tuple[list[str], dict[str, str]]:
-        """The command line (and extra environment) ``build`` runs; for dry runs and docs.
-
-        ``cache_from`` / ``cache_to``: registry references of a build cache to import / export, in
-        the engine's own spelling (see ``torchkiln.build.invocation``: docker's classic builder can
-        only export the cache inline, in the image it then pushes).
-        """
+    ) -> BuildOutcome: ...
 
     def run(
         self,
@@ -285,138 +248,40 @@ class Engine(ABC):
         check: bool = True,
         on_line: Callable[[str], None] | None = None,
         timeout: float | None = None,
-    ) -> Completed:
-        """Run ``argv`` in a fresh container of ``image`` (removed afterwards)."""
-        cmd = [self.info.binary, "run", "--rm", *self._run_flags()]
-        if interactive:
-            cmd.append("-i")
-        if passthrough and interactive and _stdin_is_tty():
-            cmd.append("-t")
-        if gpus:
-            cmd += self._gpu_flags()
-        for m in mounts:
-            cmd += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
-        for k, v in (env or {}).items():
-            cmd += ["-e", f"{k}={v}"]
-        if user is not None:
-            cmd += ["--user", user]
-        if workdir is not None:
-            cmd += ["--workdir", workdir]
-        if network is not None:
-            cmd += ["--network", network]
-        if entrypoint is not None:
-            cmd += ["--entrypoint", entrypoint]
-        cmd += [image, *argv]
-        return self.runner.run(
-            cmd,
-            passthrough=passthrough,
-            on_line=on_line,
-            check=check,
-            timeout=timeout,
-            what=f"{self.name} run {image}",
-            error=lambda m, h, d: BuildError(m, h, details=d),
-        )
+    ) -> Completed: ...
 
-    def save(self, image: str, dest: Path) -> Path:
-        """Write ``image`` as a docker-archive tar to ``dest``."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        self.runner.run(
-            self._save_command(image, dest),
-            what=f"{self.name} save {image}",
-            error=lambda m, h, d: InputError(m, h or f"Check that `{image}` exists: `kiln build` it first.", details=d),
-        )
-        return dest
-
-    @contextmanager
-    def save_stream(self, image: str) -> Iterator[int]:
-        """``image`` as a docker-archive on a pipe (the engine's ``save`` to stdout): yields its read end."""
-        with self.runner.pipe(
-            self._save_command(image, None), what=f"{self.name} save {image}",
-            error=lambda m, h, d: InputError(m, h or f"Check that `{image}` exists: `kiln build` it first.", details=d),
-        ) as fd:
-            yield fd
-
-    def image_exists(self, image: str) -> bool:
-        r = self.runner.run([self.info.binary, "image", "inspect", image], check=False)
-        return r.returncode == 0
-
-    def inspect_image(self, image: str) -> ImageDetails:
-        r = self.runner.run(
-            [self.info.binary, "image", "inspect", image],
-            what=f"{self.name} image inspect",
-            error=lambda m, h, d: InputError(
-                f"image {image!r} does not exist in {self.name}.", h or "Build it first with `kiln build`.", details=d
-            ),
-        )
-        data = json.loads(r.stdout)
-        if isinstance(data, list):
-            data = data[0]
-        return ImageDetails.from_inspect(data)
-
-    def history(self, image: str) -> list[str]:
-        """The ``created by`` line of every layer, newest first, untruncated."""
-        r = self.runner.run(
-            [self.info.binary, "history", "--no-trunc", "--format", "{{.CreatedBy}}", image],
-            what=f"{self.name} history",
-        )
-        return r.stdout.splitlines()
-
-    def tag(self, source: str, ref: str) -> None:
-        self.runner.run([self.info.binary, "tag", source, ref], what=f"{self.name} tag")
-
-    def remove_image(self, image: str, *, missing_ok: bool = True) -> bool:
-        """Remove a tag (or an image id); returns whether something was removed."""
-        if missing_ok and not self.image_exists(image):
-            return False
-        self.runner.run([self.info.binary, "rmi", image], what=f"{self.name} rmi {image}")
-        return True
-
-    def pull(self, image: str, *, timeout: float | None = 120) -> bool:
-        """Try to pull ``image``; False (never an error) when no registry has it."""
-        r = self.runner.run([self.info.binary, "pull", image], check=False, timeout=timeout)
-        return r.returncode == 0
-
-    def push(self, image: str) -> str:
-        """Push ``image`` with the engine's own login; returns the pushed manifest's digest ("" if unknown).
-
-        The registry keeps blobs but no tag from a push that failed part-way, so the tag either
-        names the whole image or (as before) nothing new. Credentials are never passed here: the
-        engine reads what ``docker login`` / ``podman login`` stored.
-        """
-        r = self.runner.run(
-            [self.info.binary, "push", image],
-            what=f"{self.name} push {image}",
-            hint=f"Check the registry part of {image} and the engine's login ({self.name} login REGISTRY).",
-            classify=lambda result: registry_failure(self.name, image, result),
-        )
-        return pushed_digest(r.output)
-
-    def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str:
-        """Import a root-filesystem tarball as image ``ref``; returns its id."""
-        cmd = [self.info.binary, "import"]
-        for c in changes:
-            cmd += ["--change", c]
-        cmd += [str(tarball), ref]
-        r = self.runner.run(cmd, what=f"{self.name} import")
-        return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-
-    # -- engine specifics ----------------------------------------------------------------------
-    def _run_flags(self) -> list[str]:
-        """Extra flags for every ``run`` (none by default)."""
-        return []
-
-    @abstractmethod
-    def _gpu_flags(self) -> list[str]: ...
-
-    @abstractmethod
-    def _save_command(self, image: str, dest: Path | None) -> list[str]:
-        """The engine's save of ``image`` as a docker-archive to ``dest`` (to stdout for None)."""
+    def image_exists(self, image: str) -> bool: ...
+    def inspect_image(self, image: str) -> ImageDetails: ...
+    def history(self, image: str) -> list[str]: ...
+    def pull(self, image: str, *, timeout: float | None = 120) -> bool: ...
+    def remove_image(self, image: str, *, missing_ok: bool = True) -> bool: ...
 
 
-def _stdin_is_tty() -> bool:
-    import sys
+@runtime_checkable
+class ImageStore(Protocol):
+    """What an engine with an image store adds (docker, podman; apptainer has none: its images are files).
 
-    return sys.stdin.isatty()
+    Callers that need it ask for it by capability, with ``require_store``; never by engine name.
+    """
+
+    def save(self, image: str, dest: Path) -> Path: ...
+    def save_stream(self, image: str) -> AbstractContextManager[int]: ...
+    def load(self, archive: Path) -> str: ...
+    def tag(self, source: str, ref: str) -> None: ...
+    def push(self, image: str) -> str: ...
+    def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str: ...
+
+
+@runtime_checkable
+class StoreEngine(Engine, ImageStore, Protocol):
+    """An engine with an image store (what ``require_store`` returns)."""
+
+
+def require_store(engine: Engine, what: str, hint: str) -> StoreEngine:
+    """``engine`` as an image store, or an ``InputError`` (exit 7) saying it cannot ``what`` and ``hint``."""
+    if isinstance(engine, ImageStore):
+        return engine
+    raise InputError(f"{engine.name} has no image store, so it cannot {what}.", hint=hint)
 
 
 # -- classification of build failures -------------------------------------------------------------
@@ -624,40 +489,6 @@ def _failure_details(step: StepRecord | None, output_tail: str, lines: int = 25)
     else:
         parts.extend(final)
     return "\n".join(parts)
-
-
-def build_flags(
-    context: Path,
-    *,
-    target: str | None,
-    secrets: Mapping[str, Path] | None,
-    network: str | None,
-    labels: Mapping[str, str] | None,
-    no_cache: bool,
-    iidfile: Path | None,
-    platform: str | None = None,
-    cache: Sequence[str] = (),
-) -> list[str]:
-    """The `build` options docker and podman spell alike, then ``cache`` (the engine's own spelling
-    of cache import/export), ending with the context folder."""
-    cmd: list[str] = []
-    if platform:
-        cmd += ["--platform", platform]
-    if target:
-        cmd += ["--target", target]
-    for sid, path in sorted((secrets or {}).items()):
-        cmd += ["--secret", f"id={sid},src={path}"]
-    if network and network != "default":
-        cmd += ["--network", network]
-    for k, v in sorted((labels or {}).items()):
-        cmd += ["--label", f"{k}={v}"]
-    if no_cache:
-        cmd.append("--no-cache")
-    if iidfile is not None:
-        cmd += ["--iidfile", str(iidfile)]
-    cmd += cache
-    cmd.append(str(context))
-    return cmd
 
 
 def build_failure(

@@ -1,17 +1,18 @@
-"""podman (buildah inside): the same Dockerfile, secrets and cache mounts, no daemon."""
+"""podman (buildah inside), the podman flavour of ``OciEngine``: the same Dockerfile, secrets and cache
+mounts as docker, no daemon."""
 
 from __future__ import annotations
 
 import os
 import resource
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.engines.engine import Engine, EngineInfo, EngineName, ProgressCallback, build_flags, repository_of
-from torchkiln.engines.docker import Probe, _version
+from torchkiln.engines.engine import BuildRequest, EngineInfo, repository_of
+from torchkiln.engines.oci import OciEngine, OciFlavour, Probe, common_build_flags, parse_version
 from torchkiln.engines.progress import PodmanProgress
 from torchkiln.runner import Runner
 
@@ -57,69 +58,41 @@ def _safe_ulimits() -> dict[str, tuple[int, int]]:
     return {"nofile": (files[0], files[1]), "nproc": (cap[0], cap[1])}
 
 
-class PodmanEngine(Engine):
-    name: EngineName = "podman"
-
-    def __init__(self, info: EngineInfo, runner: Runner) -> None:
-        super().__init__(info, runner)
-        self._ulimits: dict[str, tuple[int, int]] | None = None
-
-    def build_command(
-        self,
-        context: Path,
-        dockerfile: Path,
-        *,
-        target: str | None = None,
-        secrets: Mapping[str, Path] | None = None,
-        network: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        no_cache: bool = False,
-        iidfile: Path | None = None,
-        platform: str | None = None,
-        cache_from: Sequence[str] = (),
-        cache_to: str | None = None,
-    ) -> tuple[list[str], dict[str, str]]:
-        cmd = [self.info.binary, "build", "--layers", "-f", str(dockerfile)]
-        # buildah stores each cached step as an image in a repository (tagged by its cache key), so
-        # its --cache-from/--cache-to take a repository: a tag given in REF is dropped
-        cache: list[str] = []
-        for ref in cache_from:
-            cache += ["--cache-from", repository_of(ref)]
-        if cache_to:
-            cache += ["--cache-to", repository_of(cache_to)]
-        cmd += build_flags(context, target=target, secrets=secrets, network=network, labels=labels,
-                           no_cache=no_cache, iidfile=iidfile, platform=platform, cache=cache)
-        return cmd, {}
-
-    def _progress_parser(self, progress: ProgressCallback | None) -> PodmanProgress:
-        return PodmanProgress(progress)
-
-    def _run_flags(self) -> list[str]:
-        """Explicit ulimits where podman's defaults cannot be applied (see ``needs_explicit_ulimits``)."""
-        if self._ulimits is None:
-            self._ulimits = _safe_ulimits() if needs_explicit_ulimits() else {}
-        flags: list[str] = []
-        for name, (soft, hard) in self._ulimits.items():
-            flags += ["--ulimit", f"{name}={soft}:{hard}"]
-        return flags
-
-    def _gpu_flags(self) -> list[str]:
-        # the Container Device Interface name that nvidia-ctk generates
-        return ["--device", "nvidia.com/gpu=all"]
-
-    def _save_command(self, image: str, dest: Path | None) -> list[str]:
-        out = ["-o", str(dest)] if dest is not None else []
-        return [self.info.binary, "save", "--format", "docker-archive", *out, image]
+def explicit_ulimits() -> list[str]:
+    """``--ulimit`` flags for every ``run`` where podman's defaults cannot be applied
+    (see ``needs_explicit_ulimits``)."""
+    flags: list[str] = []
+    for name, (soft, hard) in (_safe_ulimits() if needs_explicit_ulimits() else {}).items():
+        flags += ["--ulimit", f"{name}={soft}:{hard}"]
+    return flags
 
 
-def probe_podman(runner: Runner, binary: str | None = None, search_path: str | None = None) -> Probe:
-    path = binary or shutil.which("podman", path=search_path)
-    if path is None:
-        return Probe("podman", None, "podman is not installed", INSTALL_HINT)
+def spell_build(request: BuildRequest, info: EngineInfo) -> tuple[list[str], dict[str, str]]:
+    """``podman build --layers`` (buildah caches steps only with it); ``PodmanProgress`` reads its output.
+
+    buildah stores each cached step as an image in a repository (tagged by its cache key), so its
+    ``--cache-from``/``--cache-to`` take a repository: a tag given in the reference is dropped.
+    """
+    cache: list[str] = []
+    for ref in request.cache_from:
+        cache += ["--cache-from", repository_of(ref)]
+    if request.cache_to:
+        cache += ["--cache-to", repository_of(request.cache_to)]
+    return [info.binary, "build", "--layers", *common_build_flags(request, cache)], {}
+
+
+def podman_candidates(env: Mapping[str, str]) -> list[str]:
+    """``KILN_PODMAN``, else the ``podman`` on PATH (none: an empty list)."""
+    path = env.get("KILN_PODMAN") or shutil.which("podman", path=env.get("PATH", ""))
+    return [path] if path else []
+
+
+def probe_podman(path: str, runner: Runner) -> Probe:
+    """Can the podman at ``path`` build (version 4 or newer, its storage opens)?"""
     ver = runner.run([path, "version", "--format", "{{.Client.Version}}"], check=False)
     if ver.returncode != 0:
         return Probe(path, None, f"`podman version` failed: {ver.tail(3)}", INSTALL_HINT)
-    version = _version(ver.stdout)
+    version = parse_version(ver.stdout)
     if version is None or version < MIN_VERSION:
         return Probe(path, None, f"podman {ver.stdout.strip()} is older than {MIN_VERSION}", INSTALL_HINT)
     info = runner.run([path, "info", "--format", "{{.Store.GraphDriverName}}"], check=False)
@@ -132,3 +105,24 @@ def probe_podman(runner: Runner, binary: str | None = None, search_path: str | N
         )
     v = ver.stdout.strip()
     return Probe(path, PodmanEngine(EngineInfo("podman", path, v, v, "buildah"), runner))
+
+
+PODMAN = OciFlavour(
+    name="podman",
+    spell_build=spell_build,
+    progress=PodmanProgress,
+    # the Container Device Interface name that nvidia-ctk generates
+    gpu_flags=("--device", "nvidia.com/gpu=all"),
+    save_flags=("--format", "docker-archive"),
+    candidates=podman_candidates,
+    probe=probe_podman,
+    install_hint=INSTALL_HINT,
+    run_flags=explicit_ulimits,
+)
+
+
+class PodmanEngine(OciEngine):
+    """``OciEngine`` with the podman flavour."""
+
+    def __init__(self, info: EngineInfo, runner: Runner) -> None:
+        super().__init__(PODMAN, info, runner)

@@ -39,7 +39,10 @@ FORMATS: tuple[ExportFormat, ...] = ("docker-archive", "oci-archive", "sif")
 
 
 class Saver(Protocol):
-    """What export needs from an engine (``torchkiln.engines.Engine`` has it): a docker-archive writer."""
+    """What export needs from an engine (an ``ImageStore`` of ``torchkiln.engines`` has it): a docker-archive writer."""
+
+    @property
+    def name(self) -> str: ...
 
     def save(self, image: str, dest: Path) -> Path: ...
 
@@ -165,7 +168,7 @@ def export_image(
     stats: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix=".kiln-export-", dir=dest.parent) as tmp:
         saved = dest if fmt == "docker-archive" else Path(tmp) / "image.docker.tar"
-        say(f"saving {image} as a docker-archive ({type(engine).__name__.removesuffix('Engine').lower()} save)")
+        say(f"saving {image} as a docker-archive ({engine.name} save)")
         engine.save(image, saved)
         with open_image(saved, tag=image) as archive:
             layers = len(archive.meta.layers)

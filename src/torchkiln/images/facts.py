@@ -42,7 +42,7 @@ from torchkiln.images.archive import ImageArchive
 from torchkiln.images.layers import Member
 
 if TYPE_CHECKING:
-    from torchkiln.engines import Engine
+    from torchkiln.engines import StoreEngine
     from torchkiln.knowledge import Knowledge, NgcRelease
 
 #: the environment variables and labels worth keeping (NGC's names; the CUDA images' NVIDIA_REQUIRE_CUDA)
@@ -535,7 +535,7 @@ def _cache_file(image_id: str) -> Path:
 
 
 def read_image_facts(
-    image: str, engine: Engine, *, progress: Callable[[str], None] | None = None, use_cache: bool = True,
+    image: str, engine: StoreEngine, *, progress: Callable[[str], None] | None = None, use_cache: bool = True,
     read: str = "auto",
 ) -> ImageFacts:
     """The facts of an image in the local engine, never running it.

@@ -49,7 +49,7 @@ from torchkiln.inspect.report import (
 from torchkiln.inspect.waste import FileRecord, LayerFiles, WasteReport, find_waste
 
 if TYPE_CHECKING:
-    from torchkiln.engines import Engine
+    from torchkiln.engines import StoreEngine
     from torchkiln.images.storage import StoredImage
 
 #: the smallest file that can be an ELF file with device code (an ELF64 header alone is 64 bytes)
@@ -495,7 +495,7 @@ def inspect_stored_image(
 def inspect_image_name(
     image: str,
     targets: Sequence[Target],
-    engine: Engine,
+    engine: StoreEngine,
     *,
     all_sections: bool = False,
     progress: Callable[[str], None] | None = None,
