@@ -46,10 +46,10 @@ def engine_facts(engine: Any, *, pull: bool = False) -> FactsReader:
     first when ``pull`` (a build needs the image anyway); None where the engine cannot hold it."""
 
     def read(image: str) -> ImageFacts | None:
-        from torchkiln.engines import ImageStore
+        from torchkiln.engines import StoreEngine
         from torchkiln.images.facts import read_image_facts
 
-        if not isinstance(engine, ImageStore):  # no store (apptainer): no image to read facts from
+        if not isinstance(engine, StoreEngine):  # no store (apptainer): no image to read facts from
             return None
         if not engine.image_exists(image) and not (pull and engine.pull(image)):
             return None
