@@ -84,6 +84,18 @@ def test_lock_then_build_exactly_the_lock(  # type: ignore[no-untyped-def]
             if w.group in ("torch", "packages"):
                 assert installed.get(canonicalize_name(w.name)) == w.version, f"{w.name}: not the locked version"
 
+        # what is inside: provenance labels and the SBOM with the locked hashes, shown by kiln inspect
+        r = kiln("inspect", tag, "--json")
+        assert r.returncode == 0, r.stderr
+        prov = json.loads(r.stdout)["provenance"]
+        labels = prov["labels"]
+        assert labels["org.opencontainers.image.base.name"] == offline_base
+        assert labels["org.opencontainers.image.version"] == "latest"  # the spec's tag: [image] tag
+        assert labels["org.opencontainers.image.created"].endswith("Z")
+        comps = {c["name"].lower(): c for c in prov["sbom"]["components"]}
+        assert comps["torch"]["version"] == "2.13.0+cpu" and comps["torch"]["sha256"] == [torch[0].sha256]
+        assert set(comps) >= {"six", "numpy"}
+
         # the spec moved on: exit 14, what changed, and nothing built
         spec.write_text(spec.read_text().replace('"six==1.16.0", ', ""))
         r = kiln(*build)

@@ -43,6 +43,11 @@ def test_a_second_machine_takes_the_torch_layer_from_the_registry_cache(  # type
     ), env={})
     try:
         assert first.cache_to == cache
+        # a base from a registry: its digest is in the image's labels
+        labels = docker_engine.inspect_image(tag).labels
+        assert labels["org.opencontainers.image.base.name"] == base
+        assert labels["org.opencontainers.image.base.digest"] == registry.manifest_digest(
+            "kiln-test/base", base.rsplit(":", 1)[1])
         assert registry.tags("kiln-test/example-cpu-cache") == [str(pid)]
 
         # the second machine: an empty cache, the same spec, the cache from the registry

@@ -22,7 +22,7 @@ from torchkiln.engines import ApptainerEngine, DockerEngine, EngineInfo, PodmanE
 from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, ImageDetails, StepRecord
 from torchkiln.errors import BuildError, InputError, OutputError, SpecError
 from torchkiln.load import load_plan
-from torchkiln.runner import Runner
+from torchkiln.runner import Completed, Runner
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
@@ -171,6 +171,11 @@ class FakeEngine:
     def import_tar(self, tarball: Path, ref: str, *, changes: object = ()) -> str:
         raise AssertionError("execute imports nothing")
 
+    def run(self, image: str, argv: object, **kwargs: object) -> Completed:
+        self.calls.append(("run", image))  # the SBOM's look into the image's venv
+        return Completed(("docker", "run"), 0, '[{"name": "torch", "version": "2.13.0+cpu", "license": "", '
+                         '"record_sha256": "' + "e" * 64 + '"}]', "", 0.1)
+
 
 def _invocation(tmp_path: Path, engine: FakeEngine, engine_name: str = "docker-buildx",
                 **options: object) -> BuildInvocation:
@@ -188,7 +193,7 @@ def test_execute_runs_exactly_the_planned_command_then_tags_and_pushes(tmp_path:
     inv = _invocation(tmp_path, engine, push=True)
     summary = execute(inv, engine)
     kinds = [k for k, _ in engine.calls]
-    assert kinds == ["exists", "inspect", "build", "tag", "inspect", "push"]
+    assert kinds == ["exists", "inspect", "build", "tag", "inspect", "push", "run"]
     assert engine.calls[2][1] == inv.command  # exactly what --dry-run printed
     assert engine.calls[3][1] == ("sha256:f00d", inv.image) and engine.calls[5][1] == inv.image
     uv_toml, mode = engine.seen_secrets[SECRET_UV]
@@ -197,6 +202,10 @@ def test_execute_runs_exactly_the_planned_command_then_tags_and_pushes(tmp_path:
     assert (inv.context / "Dockerfile").is_file() and (inv.context / ".kiln/bin/uv").is_file()
     assert (inv.context / ".kiln/wheels/six-1.16.0-py2.py3-none-any.whl").exists()
     assert summary.image == inv.image and summary.pushed and summary.size_bytes == 1234
+    # the SBOM, beside the image in the cache folder, lists what the image's venv holds
+    assert summary.sbom is not None and summary.sbom.startswith(str(tmp_path / "cache"))
+    sbom = json.loads(Path(summary.sbom).read_text())
+    assert sbom["specVersion"] == "1.6" and [c["purl"] for c in sbom["components"]] == ["pkg:pypi/torch@2.13.0%2Bcpu"]
 
 
 def test_a_failed_build_tags_nothing_and_leaves_no_secrets(tmp_path: Path) -> None:
@@ -255,7 +264,7 @@ def test_the_classic_builders_inline_cache_is_pushed_after_the_build(tmp_path: P
     engine = FakeEngine(ENGINES["docker-classic"].info)
     inv = _invocation(tmp_path, engine, "docker-classic", cache_to=CACHE)
     summary = execute(inv, engine)
-    assert engine.calls[-2:] == [("tag", ("sha256:f00d", CACHE)), ("push", CACHE)]
+    assert engine.calls[-3:-1] == [("tag", ("sha256:f00d", CACHE)), ("push", CACHE)]
     assert summary.cache_to == CACHE and summary.to_dict()["cache_to"] == CACHE
     # pushing the image itself to the cache reference: one push, not two
     engine = FakeEngine(ENGINES["docker-classic"].info)

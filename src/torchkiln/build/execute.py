@@ -18,7 +18,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from torchkiln.images.sif import is_sif
 from torchkiln.load import engine_facts, load_plan
 from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
+from torchkiln.provenance import SBOM_SCRIPT, created_time, git_facts, make_sbom, provenance_labels, sbom_path, write_sbom
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class BuildSummary:
     #: where the build cache went (None: not exported) and the references it was imported from
     cache_to: str | None = None
     cache_from: tuple[str, ...] = ()
+    #: the CycloneDX SBOM written beside the image, and the image's provenance labels
+    sbom: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +92,8 @@ class BuildSummary:
             "pushed": self.pushed,
             "cache_to": self.cache_to,
             "cache_from": list(self.cache_from),
+            "labels": dict(self.labels),
+            "sbom": self.sbom,
         }
 
 
@@ -251,6 +257,8 @@ def execute(
         pushed=inv.push,
         cache_to=inv.cache_to,
         cache_from=inv.cache_from,
+        sbom=record_sbom(engine, inv, outcome.image_id) if inv.sbom and output is None else None,
+        labels=inv.labels,
     )
 
 
@@ -272,9 +280,50 @@ def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mappi
         if options.base:
             plan = dataclasses.replace(plan, base_image=options.base)
             options = dataclasses.replace(options, base=None)
-        plan, _lock = locked_plan(plan, spec_path)
-    sources = resolve_sources(plan.sources, spec_dir, options, runner or engine.runner, env)
-    return plan_build(plan, spec_dir, options, engine, sources, cwd=Path.cwd())
+        plan, lock = locked_plan(plan, spec_path)
+        base_name, digest = lock.base.image, lock.base.digest
+    else:
+        base_name = options.base or plan.base_image
+        digest = _base_digest(engine, base_name)
+    run = runner or engine.runner
+    sources = resolve_sources(plan.sources, spec_dir, options, run, env)
+    spec_file = spec_path / "kiln.toml" if spec_path.is_dir() else spec_path
+    revision, source, commit_time = git_facts(spec_dir, run)
+    labels = provenance_labels(version=plan.tag, base=base_name, base_digest=digest, revision=revision, source=source,
+                               created=created_time(spec_file, commit_time, os.environ if env is None else env))
+    return plan_build(plan, spec_dir, options, engine, sources, cwd=Path.cwd(), labels=labels)
+
+
+def _base_digest(engine: Any, base: str) -> str:
+    """The registry digest of the base as the engine has it ("" when it has none, or no such image yet)."""
+    from torchkiln.build.locking import base_digest
+
+    if not hasattr(engine, "inspect_image") or not engine.image_exists(base):
+        return ""
+    return base_digest(base, engine.inspect_image(base).repo_digests)
+
+
+def record_sbom(engine: Engine, inv: BuildInvocation, image_id: str) -> str | None:
+    """Write the built image's SBOM beside it (``torchkiln.provenance``); its path, None when the image
+    has no Python venv to read."""
+    import json
+
+    r = engine.run(inv.image, ["/opt/venv/bin/python", "-c", SBOM_SCRIPT], check=False, entrypoint="")
+    if r.returncode != 0:
+        return None
+    dists = json.loads(r.stdout)
+    locked: dict[tuple[str, str], list[str]] | None = None
+    if inv.lock is not None:
+        from packaging.utils import canonicalize_name
+
+        from torchkiln.lock import read_lock
+
+        locked = {}
+        for w in read_lock(Path(inv.lock)).wheels:
+            if w.group in ("torch", "packages"):
+                locked.setdefault((str(canonicalize_name(w.name)), w.version), []).append(w.sha256)
+    text = make_sbom(image=inv.image, image_id=image_id, labels=inv.labels, distributions=dists, locked=locked)
+    return str(write_sbom(sbom_path(image_id), text))
 
 
 def build_image(

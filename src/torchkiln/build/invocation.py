@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -113,6 +114,10 @@ class BuildInvocation:
     base_id: str | None = None
     #: the lock a locked build installs
     lock: str | None = None
+    #: provenance labels set with --label (``torchkiln.provenance``)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: write the image's SBOM after the build (docker/podman images)
+    sbom: bool = False
 
     @property
     def output_file(self) -> Path | None:
@@ -142,6 +147,8 @@ class BuildInvocation:
             "cache_push": self.cache_push,
             "lock": self.lock,
             "base_id": self.base_id,
+            "labels": dict(self.labels),
+            "sbom": self.sbom,
             "scratch": str(self.scratch),
             "base_image": self.base_image,
             "sources": self.sources.to_dict(),
@@ -207,8 +214,10 @@ def plan_build(
     sources: src.Sources,
     *,
     cwd: Path,
+    labels: Mapping[str, str] | None = None,
 ) -> BuildInvocation:
-    """Decide the whole build (see the module docstring); ``cwd`` resolves relative ``--from`` paths."""
+    """Decide the whole build (see the module docstring); ``cwd`` resolves relative ``--from`` paths;
+    ``labels``: the provenance labels the image gets (``torchkiln.provenance``), set as ``--label``."""
     if options.target not in TARGETS:
         raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
     if options.base and plan.torch.image is not None and options.base != plan.base_image:
@@ -267,7 +276,8 @@ def plan_build(
     cache_to = None if options.cache_to is None else check_reference(options.cache_to, "--cache-to")
     command = engine.build_command(BuildRequest(
         context, context / "Dockerfile", scratch / "iid", target=options.target, secrets=secrets, network=network,
-        no_cache=options.no_cache, platform=options.platform, cache_from=cache_from, cache_to=cache_to,
+        labels=dict(labels or {}), no_cache=options.no_cache, platform=options.platform,
+        cache_from=cache_from, cache_to=cache_to,
     ))
     inline = cache_to is not None and info.name == "docker" and info.builder != "buildx"
     return BuildInvocation(
@@ -278,4 +288,5 @@ def plan_build(
         cache_from=cache_from, cache_to=cache_to, cache_push=cache_to if inline else None,
         base_id=plan.locked.base_id if plan.locked is not None and "@sha256:" not in plan.base_image else None,
         lock=plan.locked.lock if plan.locked is not None else None,
+        labels=dict(labels or {}), sbom=True,
     )

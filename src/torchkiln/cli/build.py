@@ -178,6 +178,9 @@ def print_summary(summary: BuildSummary, spec: Path, tag: str | None = None) -> 
         console.print(f"  pushed {summary.image}")
     if summary.cache_to:
         console.print(f"  build cache pushed to {escape(summary.cache_to)}", highlight=False)
+    if summary.sbom:
+        console.print(f"  SBOM (CycloneDX) {escape(summary.sbom)} · `kiln inspect {escape(summary.image)}` shows it",
+                      highlight=False)
     target = "" if summary.target == "runtime" else f" --target {summary.target}"
     if sif:
         image = shlex.quote(summary.image)

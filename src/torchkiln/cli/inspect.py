@@ -255,6 +255,42 @@ def _print_entries(b: BinaryReport) -> None:
     console.print(t)
 
 
+def _provenance(engine: object, image: str) -> dict[str, object]:
+    """An engine image's OCI / torchkiln labels and the SBOM `kiln build` wrote beside it."""
+    from torchkiln.provenance import read_sbom
+
+    details = engine.inspect_image(image)  # type: ignore[attr-defined]
+    labels = {k: v for k, v in sorted(details.labels.items()) if k.startswith(("org.opencontainers.", "io.torchkiln."))}
+    found = read_sbom(details.id)
+    sbom = None if found is None else {"path": str(found[0]), **found[1]}
+    return {"labels": labels, "sbom": sbom}
+
+
+def _print_provenance(prov: dict[str, object]) -> None:
+    labels = prov["labels"]
+    assert isinstance(labels, dict)
+    t = Table(title="Labels", title_justify="left")
+    t.add_column("label")
+    t.add_column("value", overflow="fold")
+    for k, v in labels.items():
+        t.add_row(escape(k), escape(v))
+    console.print(t)
+    sbom = prov["sbom"]
+    if not isinstance(sbom, dict):
+        console.print("[dim]No SBOM on this machine for this image (kiln build writes one beside every image it builds).[/dim]")
+        return
+    comps = sbom["components"]
+    s = Table(title=f"SBOM ({sbom['format']}, {len(comps)} components): {escape(str(sbom['path']))}",
+              title_justify="left")
+    s.add_column("package")
+    s.add_column("version")
+    s.add_column("sha256 (locked wheel)", overflow="fold")
+    for c in comps:
+        name = f"{c['name']} [dim](CUDA)[/dim]" if c["cuda"] else escape(str(c["name"]))
+        s.add_row(name, escape(str(c["version"])), " ".join(h[:16] + "…" for h in c["sha256"]))
+    console.print(s)
+
+
 @app.command("inspect")
 def inspect_cmd(
     target: Annotated[
@@ -313,6 +349,7 @@ def inspect_cmd(
         raise typer.BadParameter(f"{read!r} is not one of auto, direct, export.", param_hint="--read")
     tg = _targets(targets, spec)
     path = Path(target).expanduser()
+    provenance: dict[str, object] | None = None
     with _progress(True) as progress:
         if path.exists():
             report = inspect_path(path, tg, all_sections=all_sections, progress=progress)
@@ -331,11 +368,14 @@ def inspect_cmd(
             report = inspect_image_name(
                 target, tg, engine, all_sections=all_sections, progress=progress, read=read  # type: ignore[arg-type]
             )
+            provenance = _provenance(engine, target)
     if json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), **({"provenance": provenance} if provenance is not None else {})})
     else:
         if report.image is not None:
             _print_image(report, top)
+        if provenance is not None:
+            _print_provenance(provenance)
         elif report.kind == "wheel":
             console.print(
                 f"[bold]{escape(report.source)}[/bold]  wheel  {report.stats.files} files, "
