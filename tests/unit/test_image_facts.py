@@ -220,6 +220,7 @@ def test_the_plan_takes_everything_from_the_image() -> None:
     runtime = next(d for d in plan.decisions if d.topic == "runtime stage")
     assert "already a development image" in runtime.why and "no slim stage" in runtime.why
     assert "(20.0 GB)" in runtime.choice
+    assert "measured 5.9 GB for torch 2.14.1 cu130" in runtime.why and "against 20.0 GB for" in runtime.why
     assert plan.warnings == ()  # the image agrees with knowledge/ngc.toml's 25.12 row
 
 
