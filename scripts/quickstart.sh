@@ -2,7 +2,8 @@
 # From a fresh Debian/Ubuntu machine to the CPU example running in a container, without a registry,
 # and to a machine where the test suite (`.venv/bin/python -m pytest`) runs every test it can:
 #   1. installs what is missing with apt: python3-venv, debootstrap, docker.io, and the tools the
-#      tests use (podman, squashfs-tools and siftool for SIF files, openssl),
+#      tests use (podman, squashfs-tools and siftool for SIF files, openssl, qemu-user-static and
+#      binfmt-support for arm64 images), and turns on arm64 emulation (binfmt_misc),
 #   2. makes .venv and installs torchkiln into it with its test extra, and the CPU torch the tests
 #      import (torch==2.13.0, from this machine's package sources),
 #   3. starts the Docker daemon if docker is not usable,
@@ -25,8 +26,10 @@ need=()
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 # docker.io: the engine (BuildKit through DOCKER_BUILDKIT=1); debootstrap: the offline base; podman:
 # the second engine the tests build with; squashfs-tools, siftool: SIF files; openssl: the tests' marker CA;
-# docker-registry: the real registry (distribution 2.8) the push and cache tests start on 127.0.0.1
-for pkg in docker.io debootstrap podman squashfs-tools siftool openssl ca-certificates docker-registry; do
+# docker-registry: the real registry (distribution 2.8) the push and cache tests start on 127.0.0.1;
+# qemu-user-static, binfmt-support: arm64 (Grace) images built on x86_64 (`kiln build --platform linux/arm64`)
+for pkg in docker.io debootstrap podman squashfs-tools siftool openssl ca-certificates docker-registry \
+           qemu-user-static binfmt-support; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -38,6 +41,27 @@ else
 fi
 # the Debian package starts a registry on :5000 with its own config; the tests start their own
 if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
+
+# arm64 emulation: the kernel hands aarch64 programs to qemu once binfmt_misc is mounted and the
+# qemu-aarch64 handler (registered by qemu-user-static, with the F flag: it works inside containers)
+# is enabled. Idempotent; where it cannot be done (a container without the host's binfmt_misc) it
+# says so, and the arm64 tests are skipped with that reason.
+binfmt=/proc/sys/fs/binfmt_misc
+if [ "$(uname -m)" = aarch64 ]; then
+  echo "arm64 emulation: not needed (this machine is aarch64)"
+else
+  [ -e "$binfmt/status" ] || $SUDO mount -t binfmt_misc binfmt_misc "$binfmt" >/dev/null 2>&1 || true
+  if [ ! -e "$binfmt/status" ]; then
+    echo "arm64 emulation: binfmt_misc cannot be mounted here (a container? the host must provide it): arm64 builds are unavailable"
+  else
+    grep -qs '^enabled' "$binfmt/qemu-aarch64" || $SUDO update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+    if grep -qs '^enabled' "$binfmt/qemu-aarch64"; then
+      echo "arm64 emulation: qemu-aarch64 enabled ($(grep '^flags' "$binfmt/qemu-aarch64"))"
+    else
+      echo "arm64 emulation: the qemu-aarch64 handler could not be enabled (update-binfmts --enable qemu-aarch64 failed): arm64 builds are unavailable"
+    fi
+  fi
+fi
 
 step "2/5 torchkiln in .venv (with the test extra and the CPU torch the tests import)"
 [ -x .venv/bin/python ] || python3 -m venv .venv

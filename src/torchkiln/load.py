@@ -58,14 +58,19 @@ def engine_facts(engine: Any, *, pull: bool = False) -> FactsReader:
     return read
 
 
-def load_plan(path: Path, *, facts: FactsReader | None = None) -> tuple[Spec, BuildPlan, Path]:
+def load_plan(path: Path, *, facts: FactsReader | None = None,
+              platform: str | None = None) -> tuple[Spec, BuildPlan, Path]:
     """Load and resolve a spec; returns (spec, plan, the folder that holds the spec).
 
     A spec with ``[torch] source = "image"`` has its base image's facts read first (``facts``, by
-    default :func:`image_facts`: from the local engine).
+    default :func:`image_facts`: from the local engine). ``platform`` ("linux/arm64", from ``kiln
+    build --platform``) replaces the spec's ``[image] platform`` before resolving, so the targets
+    and wheels are checked for it.
     """
     p = path / "kiln.toml" if path.is_dir() else path
     spec = load_spec(p)
+    if platform is not None:
+        spec = spec.model_copy(update={"image": spec.image.model_copy(update={"platform": platform})})
     read = None
     if spec.torch.source == "image":
         read = (facts or image_facts)(spec.base.image)

@@ -785,6 +785,35 @@ def _dev_toolchain(
     return tc
 
 
+#: PyTorch's own index of each variant (what [sources] torch_index names; the build never hard-codes it)
+TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+
+
+def _wheel_source(kb: Knowledge, version: str, label: str, host: str, plat: ReleasePlatform, on_default: bool,
+                  variant: str) -> Decision:
+    """Where the torch wheel comes from: the default package index, or PyTorch's index of the variant."""
+    where = "" if host == "x86_64" else f" {host}"
+    if on_default:
+        what = ("a CPU build (no local version label)" if plat.default_cuda == "cpu"
+                else f"the {_variant_name(plat.default_cuda)} build")
+        return Decision("wheel source", "the default package index (PyPI)",
+                        f"PyPI's{where} torch {version} wheel is {what}: `torch=={version}` installs it with no "
+                        "torch index", "MEASURED" if "MEASURED" in plat.source else plat.source)
+    why = f"torch {version}{label} is not on PyPI"
+    if plat.default_cuda != "cpu" and variant == "cpu":
+        why += (f": PyPI's{where} torch {version} is the {_variant_name(plat.default_cuda)} build, which pulls "
+                "about 2 GB of nvidia-* CUDA library wheels")
+    if host == "aarch64" and variant == "cpu":
+        cpu_on_pypi = [p for r in kb.releases if (a := r.on("aarch64")) is not None and a.default_cuda == "cpu"
+                       for p in r.patches]
+        if cpu_on_pypi:
+            newest = max(cpu_on_pypi, key=Version)
+            why += f" (PyPI's aarch64 torch up to {newest} is a CPU build: pin {newest} to need no torch index)"
+    why += (f". The build takes it from the torch index named in [sources] torch_index / --torch-index / "
+            f"KILN_TORCH_INDEX (PyTorch's: {TORCH_INDEX.format(variant=variant)}), or from a wheel folder")
+    return Decision("wheel source", f"PyTorch's {variant} index", why, "TI")
+
+
 def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> BuildPlan:
     """Decide everything, or raise ``ResolveError`` saying what would work instead.
 
@@ -873,12 +902,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
             if on_default else "the newest variant that covers every target within the driver floor"
         )
         decisions.append(Decision("variant", torch_plan.variant, why, rel.source))
-        if not on_default:
-            decisions.append(Decision(
-                "torch index", f"{torch_plan.variant} index",
-                f"torch {version}{label} is not the default variant of the package index: the build takes it "
-                "from the torch index named in [sources] torch_index / --torch-index / KILN_TORCH_INDEX, "
-                "or from a wheel folder", ""))
+    if not source_build:
+        decisions.append(_wheel_source(kb, version, label, host, plat, on_default, torch_plan.variant))
 
     # targets
     target_plans: list[TargetPlan] = []

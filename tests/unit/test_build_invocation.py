@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.build.bootstrap import base_for_platform
+from torchkiln.build.emulation import host_platform
 from torchkiln.build.execute import execute
-from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build, scratch_dir
+from torchkiln.build.invocation import BuildInvocation, BuildOptions, engine_platform, plan_build, scratch_dir
 from torchkiln.build.sources import Sources
 from torchkiln.contract import SECRET_CA, SECRET_UV
 from torchkiln.engines import ApptainerEngine, DockerEngine, EngineInfo, PodmanEngine
@@ -26,6 +28,7 @@ from torchkiln.runner import Completed, Runner
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+CPU = ROOT / "examples" / "cpu.toml"
 
 ENGINES = {
     "docker-buildx": DockerEngine(EngineInfo("docker", "/usr/bin/docker", "27.3.1", "27.3.1", "buildx"), Runner()),
@@ -63,6 +66,10 @@ def test_every_example_plans_for_every_engine_without_a_daemon(spec: Path, engin
             with pytest.raises(OutputError, match="not made yet"):
                 plan_build(plan, spec_dir, options, engine, sources, cwd=tmp_path)
             return
+    if engine_name == "apptainer" and plan.platform != host_platform():
+        with pytest.raises(InputError, match="apptainer builds for the machine it runs on"):
+            plan_build(plan, spec_dir, options, engine, sources, cwd=tmp_path)
+        return
     inv = plan_build(plan, spec_dir, options, engine, sources, cwd=tmp_path)
     again = plan_build(plan, spec_dir, options, engine, sources, cwd=tmp_path)
     assert inv == again  # pure: the same inputs give the same invocation
@@ -82,7 +89,11 @@ def test_every_example_plans_for_every_engine_without_a_daemon(spec: Path, engin
         assert "--fakeroot" in argv
     else:
         assert inv.image == plan.image_ref and inv.tags == (plan.image_ref,)
-        assert inv.base_image == (options.base or plan.base_image)
+        # the bootstrapped base of the plan's platform: kiln-base:bookworm, or its -arm64 sibling
+        assert inv.base_image == base_for_platform(options.base or plan.base_image, plan.platform)
+        assert plan.platform == inv.platform == inv.to_dict()["platform"]
+        spelled = engine_platform(plan.platform, None)
+        assert (argv[argv.index("--platform") + 1] if "--platform" in argv else None) == spelled
         assert argv[-1] == str(ctx) and argv[argv.index("-f") + 1] == str(ctx / "Dockerfile")
         assert argv[argv.index("--iidfile") + 1] == str(inv.scratch / "iid") == str(inv.command.writes)
         assert f"id={SECRET_UV},src={inv.scratch / 'secrets' / 'uv.toml'}" in argv
@@ -92,7 +103,7 @@ def test_every_example_plans_for_every_engine_without_a_daemon(spec: Path, engin
 
 
 def test_a_local_index_folder_means_host_networking_and_no_sources_no_secrets(tmp_path: Path) -> None:
-    plan, spec_dir = _plan(EXAMPLES[0])
+    plan, spec_dir = _plan(CPU)
     engine = ENGINES["docker-buildx"]
     options = BuildOptions(context_dir=tmp_path / "ctx")
     bare = plan_build(plan, spec_dir, options, engine, Sources(), cwd=tmp_path)
@@ -102,7 +113,7 @@ def test_a_local_index_folder_means_host_networking_and_no_sources_no_secrets(tm
 
 
 def test_what_cannot_be_built_is_refused_while_planning(tmp_path: Path) -> None:
-    plan, spec_dir = _plan(EXAMPLES[0])
+    plan, spec_dir = _plan(CPU)
     with pytest.raises(InputError, match="no image store to push"):
         plan_build(plan, spec_dir, BuildOptions(push=True), ENGINES["apptainer"], Sources(), cwd=tmp_path)
     with pytest.raises(InputError, match="no 'dev' target"):
@@ -144,7 +155,7 @@ class FakeEngine:
         self.calls.append(("exists", image))
         return True
 
-    def pull(self, image: str, *, timeout: float | None = 120) -> bool:
+    def pull(self, image: str, *, timeout: float | None = 120, platform: str | None = None) -> bool:
         raise AssertionError("the base exists: nothing to pull")
 
     def inspect_image(self, image: str) -> ImageDetails:

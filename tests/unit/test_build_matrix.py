@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from torchkiln.build.emulation import host_platform
 from torchkiln.build.invocation import BuildOptions, plan_build
 from torchkiln.build.matrix import (
     Builder,
@@ -116,10 +117,11 @@ def test_manifest_lists_use_insecure_only_for_loopback_registries() -> None:
 # -- planning: platform, digest ---------------------------------------------------------------------
 
 
-def matrix_cells(tmp_path: Path, pip: list[list[str]]) -> tuple[Any, Path]:
+def matrix_cells(tmp_path: Path, pip: list[list[str]], platform: str | None = None) -> tuple[Any, Path]:
     spec_dir = tmp_path / "spec"
     spec_dir.mkdir(exist_ok=True)
-    s = parse_spec({"image": {"name": "kiln-test/m"}, "torch": {"version": "2.13.0", "cuda": "cpu"},
+    image = {"name": "kiln-test/m", **({"platform": platform} if platform else {})}
+    s = parse_spec({"image": image, "torch": {"version": "2.13.0", "cuda": "cpu"},
                     "base": {"image": "kiln-base:bookworm"}, "matrix": {"pip": pip}})
     return cell_tags(s, resolve_matrix(expand(s), load_knowledge())), spec_dir
 
@@ -127,13 +129,18 @@ def matrix_cells(tmp_path: Path, pip: list[list[str]]) -> tuple[Any, Path]:
 def test_platform_is_spelled_for_docker_and_refused_by_apptainer(tmp_path: Path) -> None:
     cells, spec_dir = matrix_cells(tmp_path, [["six"]])
     plan = cells[0].plan
-    inv = plan_build(plan, spec_dir, BuildOptions(platform="linux/arm64", context_dir=tmp_path / "c"),
+    arm_cells, _ = matrix_cells(tmp_path, [["six"]], platform="linux/arm64")
+    inv = plan_build(arm_cells[0].plan, spec_dir, BuildOptions(platform="linux/arm64", context_dir=tmp_path / "c"),
                      DockerEngine(CLASSIC, Runner()), Sources(), cwd=tmp_path)
     argv = list(inv.command.argv)
     assert argv[argv.index("--platform") + 1] == "linux/arm64" and inv.to_dict()["platform"] == "linux/arm64"
     plain = plan_build(plan, spec_dir, BuildOptions(context_dir=tmp_path / "c"), DockerEngine(CLASSIC, Runner()),
                        Sources(), cwd=tmp_path)
-    assert "--platform" not in plain.command.argv
+    assert ("--platform" in plain.command.argv) == (host_platform() != "linux/amd64")
+    # a plan resolved for amd64 is not built as arm64: its wheels were chosen for amd64
+    with pytest.raises(InputError, match="differs from the plan's platform"):
+        plan_build(plan, spec_dir, BuildOptions(platform="linux/arm64"), DockerEngine(CLASSIC, Runner()), Sources(),
+                   cwd=tmp_path)
     app = ApptainerEngine(EngineInfo("apptainer", "apptainer", "apptainer 1.3", "", "apptainer"), Runner())
     with pytest.raises(InputError, match="no --platform"):
         plan_build(plan, spec_dir, BuildOptions(platform="linux/arm64"), app, Sources(), cwd=tmp_path)

@@ -5,6 +5,10 @@ no package caches, no docs or man pages, and a dpkg rule that keeps later instal
 them back), packed with ``tar`` and imported into the engine under a tag. The image is cached by
 that tag: a second bootstrap returns at once unless ``force`` is given.
 
+``platform`` "linux/arm64" bootstraps an arm64 root (``debootstrap --arch arm64``) and imports it
+recorded as arm64, tagged ``kiln-base:SUITE-arm64``; on an x86_64 host debootstrap's second stage
+runs through qemu-user (``torchkiln.build.emulation`` checks for it first).
+
 The mirror comes from a flag, else from the host's apt configuration (the first ``deb`` source
 that serves the suite), else debootstrap's own default for the suite. Parsing apt's two source
 formats (one-line ``.list`` and deb822 ``.sources``) is our own small code: no library on the
@@ -14,6 +18,7 @@ package index reads them without pulling in python-apt, which is not installable
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,7 +31,9 @@ from typing import Any
 
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import BASE_LABEL_PREFIX
+from torchkiln.build.emulation import MACHINE, arch_of, check_platform, host_platform, require_emulation
 from torchkiln.engines import Engine, StoreEngine, require_store
+from torchkiln.images.rootfs import write_docker_archive
 from torchkiln.errors import BuildError, EngineMissingError, InputError
 from torchkiln.runner import Runner
 
@@ -157,13 +164,38 @@ def distro_of(suite: str) -> str:
     return "unknown"
 
 
-def default_tag(suite: str, packages: Sequence[str] = DEFAULT_PACKAGES) -> str:
-    """``kiln-base:bookworm``; extra packages add a short digest (``kiln-base:bookworm-3f2a9c1d``)."""
+DEFAULT_PLATFORM = "linux/amd64"
+
+
+def platform_suffix(platform: str) -> str:
+    """The tag suffix of a base for ``platform``: "" for linux/amd64, "-arm64" for linux/arm64."""
+    return "" if platform == DEFAULT_PLATFORM else f"-{arch_of(platform)}"
+
+
+def default_tag(suite: str, packages: Sequence[str] = DEFAULT_PACKAGES, platform: str = DEFAULT_PLATFORM) -> str:
+    """``kiln-base:bookworm``; extra packages add a short digest (``kiln-base:bookworm-3f2a9c1d``), a
+    platform other than linux/amd64 its architecture last (``kiln-base:bookworm-arm64``)."""
     extra = sorted(set(packages) - set(DEFAULT_PACKAGES))
+    suffix = platform_suffix(platform)
     if not extra:
-        return f"{IMAGE_NAME}:{suite}"
+        return f"{IMAGE_NAME}:{suite}{suffix}"
     digest = hashlib.sha256(",".join(sorted(set(packages))).encode()).hexdigest()[:8]
-    return f"{IMAGE_NAME}:{suite}-{digest}"
+    return f"{IMAGE_NAME}:{suite}-{digest}{suffix}"
+
+
+def base_for_platform(image: str, platform: str) -> str:
+    """The bootstrapped base of ``platform`` that corresponds to ``image``.
+
+    ``kiln-base:bookworm`` (or any ``kiln-base`` tag) names the amd64 base; an arm64 plan builds on
+    its sibling ``kiln-base:bookworm-arm64``, so one ``--base`` (or ``[base] image``) serves both
+    platforms. Other images are returned as they are: multi-platform images (python:3.11-slim-bookworm)
+    are resolved by the engine for the build's --platform.
+    """
+    suffix = platform_suffix(platform)
+    name, sep, tag = image.rpartition(":")
+    if not suffix or name != IMAGE_NAME or not sep or tag.endswith(suffix):
+        return image
+    return f"{image}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -173,10 +205,11 @@ class BaseRequest:
     packages: tuple[str, ...] = DEFAULT_PACKAGES
     tag: str | None = None
     variant: str = "minbase"
+    platform: str = DEFAULT_PLATFORM
 
     @property
     def image(self) -> str:
-        return self.tag or default_tag(self.suite, self.packages)
+        return self.tag or default_tag(self.suite, self.packages, self.platform)
 
 
 @dataclass(frozen=True)
@@ -188,6 +221,7 @@ class BaseResult:
     python: str | None
     mirror: str | None
     suite: str
+    platform: str = DEFAULT_PLATFORM
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -199,6 +233,7 @@ class BaseResult:
             "python": self.python,
             "mirror": self.mirror,
             "suite": self.suite,
+            "platform": self.platform,
         }
 
 
@@ -294,16 +329,19 @@ def bootstrap(
     store = base_store(engine)  # refused before debootstrap runs, not after
     runner = runner or engine.runner
     image = request.image
+    platform = check_platform(request.platform)
+    arch = arch_of(platform)
     start = time.monotonic()
     if not force and engine.image_exists(image):
         details = engine.inspect_image(image)
         python = details.labels.get(f"{BASE_LABEL_PREFIX}.python")
         # without our python label the tag holds something else (or a base an older torchkiln
-        # labelled differently): make it again rather than plan builds on an unknown Python
-        if python:
+        # labelled differently): make it again rather than plan builds on an unknown Python; the
+        # same when the tag holds another architecture's root
+        if python and details.architecture in ("", arch):
             return BaseResult(
                 image, False, time.monotonic() - start, details.size,
-                python, details.labels.get(f"{BASE_LABEL_PREFIX}.mirror"), request.suite,
+                python, details.labels.get(f"{BASE_LABEL_PREFIX}.mirror"), request.suite, platform,
             )
     debootstrap = runner.which(
         "debootstrap",
@@ -315,13 +353,16 @@ def bootstrap(
             "`kiln base bootstrap` needs root: debootstrap creates device nodes and files owned by other users.",
             hint="Run it with sudo (`sudo kiln base bootstrap`); the image it imports is then usable by everyone.",
         )
+    # debootstrap's second stage runs the new root's programs: an arm64 root on x86_64 needs qemu
+    require_emulation(platform, "`kiln base bootstrap`")
     mirror = request.mirror or mirror_for_suite(host_apt_sources(etc_apt), request.suite)
     with tempfile.TemporaryDirectory(prefix="kiln-base-", dir=workdir) as tmp:
         root = Path(tmp) / "rootfs"
-        debs = (package_cache or kiln_cache_dir() / "debootstrap") / f"{request.suite}-{os.uname().machine}"
+        debs = (package_cache or kiln_cache_dir() / "debootstrap") / f"{request.suite}-{MACHINE[arch]}"
         debs.mkdir(parents=True, exist_ok=True)
         cmd = [
             debootstrap,
+            f"--arch={arch}",
             f"--cache-dir={debs.resolve()}",
             f"--variant={request.variant}",
             f"--include={','.join(request.packages)}",
@@ -359,16 +400,32 @@ def bootstrap(
             f"{BASE_LABEL_PREFIX}.python": python,
             f"{BASE_LABEL_PREFIX}.packages": ",".join(request.packages),
             f"{BASE_LABEL_PREFIX}.mirror": mirror or "debootstrap default",
+            f"{BASE_LABEL_PREFIX}.platform": platform,
         }
-        changes = [
-            "ENV LANG=C.UTF-8",
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            'CMD ["/bin/bash"]',
-            *(f'LABEL {k}="{v}"' for k, v in labels.items()),
-        ]
-        store.import_tar(tarball, image, changes=changes)
+        env = ("LANG=C.UTF-8", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        cmd = ("/bin/bash",)
+        if platform == host_platform():
+            changes = [
+                *(f"ENV {e}" for e in env),
+                "CMD " + json.dumps(list(cmd)),
+                *(f'LABEL {k}="{v}"' for k, v in labels.items()),
+            ]
+            store.import_tar(tarball, image, changes=changes)
+        else:
+            # `docker import --platform` records the platform on experimental daemons only: write the
+            # image (config with its architecture, the tar as its layer) and load it instead
+            archive = write_docker_archive(tarball, Path(tmp) / "image.tar", image, platform, env=env, cmd=cmd,
+                                           labels=labels, comment=f"kiln base bootstrap ({request.suite}, {platform})")
+            tarball.unlink()
+            store.load(archive)
     details = engine.inspect_image(image)
-    return BaseResult(image, True, time.monotonic() - start, details.size, python, mirror, request.suite)
+    if details.architecture and details.architecture != arch:
+        engine.remove_image(image)  # a base of the wrong architecture would fail every build on it
+        raise BuildError(
+            f"{engine.name} recorded {image} as {details.platform}, not {platform}.",
+            hint=f"Upgrade {engine.name}, or load the image made elsewhere (`{engine.name} load -i FILE`).",
+        )
+    return BaseResult(image, True, time.monotonic() - start, details.size, python, mirror, request.suite, platform)
 
 
 def base_python(engine: Engine, image: str) -> str | None:

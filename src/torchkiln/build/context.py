@@ -16,12 +16,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchkiln.errors import InputError, SpecError
+from torchkiln.build import sources as build_sources
+from torchkiln.build.emulation import MACHINE, arch_of, host_platform
+from torchkiln.cache import kiln_cache_dir
+from torchkiln.errors import InputError, SourceError, SpecError
 from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, apptainer_files
 from torchkiln.render.dockerfile import context_files
+from torchkiln.runner import Runner
 
 
 def find_uv() -> Path:
@@ -34,6 +38,66 @@ def find_uv() -> Path:
             raise InputError("the uv binary is not installed.", hint="pip install uv") from None
         return Path(found)
     return Path(find_uv_bin())
+
+
+def uv_version() -> str:
+    """The version of the host's uv package (the uv an image's build runs is the same release)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("uv")
+    except PackageNotFoundError:  # pragma: no cover - uv is a dependency
+        raise InputError("the uv package is not installed.", hint="pip install uv") from None
+
+
+def uv_binary(platform: str) -> Path:
+    """The uv binary a build of ``platform`` copies into its context: the host's own for the host's
+    platform, else the same uv release built for the image's CPU, kept in torchkiln's cache
+    (``fetch_uv`` puts it there: the host's uv cannot run in an arm64 image, not even under qemu)."""
+    if platform == host_platform():
+        return find_uv()
+    machine = MACHINE[arch_of(platform)]
+    return kiln_cache_dir() / "uv" / f"{uv_version()}-{machine}" / "bin" / "uv"
+
+
+def fetch_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> Path:
+    """Make sure ``uv_binary(platform)`` exists: the host's uv installs uv's wheel for that CPU
+    (``uv pip install --target --python-platform``) from the build's own package sources."""
+    dest = uv_binary(platform)
+    if dest.is_file():
+        return dest
+    version, machine = uv_version(), MACHINE[arch_of(platform)]
+    top = dest.parent.parent
+    top.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{top.name}.", dir=top.parent) as tmp:
+        config = Path(tmp) / "uv.toml"
+        config.write_text(build_sources.render_uv_toml(
+            index_url=_host_index(sources.index_url), extra_index_urls=[_host_index(u) or u for u in
+                                                                        sources.extra_index_urls],
+            find_links=list(sources.find_links), index_strategy=sources.index_strategy))
+        target = Path(tmp) / "target"
+        runner.run(
+            [str(find_uv()), "pip", "install", "--quiet", "--config-file", str(config), "--target", str(target),
+             "--python-platform", f"{machine}-manylinux_2_28", "--only-binary", ":all:", "--no-deps",
+             f"uv=={version}"],
+            env={"SSL_CERT_FILE": sources.ca_bundle} if sources.ca_bundle else None,
+            what=f"fetching uv {version} for {platform}",
+            hint=(f"The {platform} image needs uv {version} built for {machine}: make uv=={version}'s {machine} wheel "
+                  "reachable through the package sources (PyPI has it), or put it in a wheel folder (--find-links)."),
+            error=lambda m, h, d: SourceError(m, h, details=d),
+        )
+        if not (target / "bin" / "uv").is_file():
+            raise SourceError(f"uv {version}'s {machine} wheel held no uv binary.", hint="Check the wheel's source.")
+        os.replace(target, top)
+    return dest
+
+
+def _host_index(location: str | None) -> str | None:
+    """An index location as the host's uv reads it: local folders as file:// URLs."""
+    if location is None:
+        return None
+    folder = build_sources.local_folder(location)
+    return folder.resolve().as_uri() if folder is not None else location
 
 
 def place(src: Path, dest: Path) -> None:
@@ -122,7 +186,8 @@ def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
     if clash:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
-    copies = {".kiln/bin/uv": find_uv(), **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)}}
+    copies = {".kiln/bin/uv": uv_binary(plan.platform),
+              **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)}}
     return ContextFiles(context_files(plan), copies)
 
 
@@ -168,7 +233,7 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
     if clash:
         raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
-    copies = {".kiln/bin/uv": find_uv(), **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
+    copies = {".kiln/bin/uv": uv_binary(plan.platform), **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
               **{item: spec_dir / item for item in local if item is not None}}
     return ContextFiles(texts, copies)
 

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.build import sources as src
+from torchkiln.build.bootstrap import base_for_platform
+from torchkiln.build.context import fetch_uv
+from torchkiln.build.emulation import builds_here, host_platform, require_emulation
 from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
@@ -121,18 +124,34 @@ def cache_counts(steps: tuple[StepRecord, ...]) -> tuple[int, int]:
     return hits, len(counted) - hits
 
 
-def ensure_base(engine: Engine, base: str, python: str, python_source: str) -> None:
-    """The base image must be local or pullable, and hold the Python the plan needs."""
-    if not engine.image_exists(base) and not engine.pull(base):
+def ensure_base(engine: Engine, base: str, python: str, python_source: str,
+                platform: str = "linux/amd64") -> None:
+    """The base image must be local or pullable, be of the plan's platform, and hold the Python the plan needs."""
+    native = platform == host_platform()
+    if not engine.image_exists(base):
+        if not engine.pull(base, platform=None if native else platform):
+            flag = "" if platform == "linux/amd64" else f" --platform {platform}"
+            made = base_for_platform("kiln-base:bookworm", platform)
+            raise InputError(
+                f"the base image {base} ({platform}) is not in {engine.info.name}'s local store and cannot be pulled.",
+                hint=(
+                    f"Without a registry, make a base offline: `kiln base bootstrap{flag}` (Debian bookworm + "
+                    f"Python 3.11, tagged {made}), then build with `--base kiln-base:bookworm` or set "
+                    "`image = \"kiln-base:bookworm\"` in the `base` table of kiln.toml (an arm64 plan takes its "
+                    f"-arm64 sibling). Or load an image you have (`{engine.info.name} load -i FILE`) and tag it {base}."
+                ),
+            )
+    details = engine.inspect_image(base)
+    want = platform.split("/", 1)[1]
+    if details.architecture and details.architecture != want:
+        flag = "" if platform == "linux/amd64" else f" --platform {platform}"
         raise InputError(
-            f"the base image {base} is not in {engine.info.name}'s local store and cannot be pulled.",
-            hint=(
-                "Without a registry, make a base offline: `kiln base bootstrap` (Debian bookworm + Python 3.11), "
-                "then build with `--base kiln-base:bookworm` or set `image = \"kiln-base:bookworm\"` in the `base` "
-                f"table of kiln.toml. Or load an image you have (`{engine.info.name} load -i FILE`) and tag it {base}."
-            ),
+            f"the base image {base} is {details.platform}, but the plan builds a {platform} image.",
+            hint=(f"Use a {platform} base: `kiln base bootstrap{flag}` makes {base_for_platform('kiln-base:bookworm', platform)}"
+                  f" (kiln-base tags are picked per platform), or pull the image for it (`{engine.info.name} pull "
+                  f"--platform {platform} {base}`). Or set [image] platform to {details.platform}."),
         )
-    _check_base_python(base, engine.inspect_image(base).labels, python, python_source)
+    _check_base_python(base, details.labels, python, python_source)
 
 
 def check_locked_base(engine: Engine, base: str, base_id: str, lock: str) -> None:
@@ -194,9 +213,15 @@ def execute(
     if inv.apptainer is not None:
         ensure_sif_base(engine, inv.apptainer, inv.python, inv.python_source, inv.base_image)
     else:
-        ensure_base(engine, inv.base_image, inv.python, inv.python_source)
+        ensure_base(engine, inv.base_image, inv.python, inv.python_source, inv.platform)
         if inv.base_id is not None:
             check_locked_base(engine, inv.base_image, inv.base_id, inv.lock or "kiln.lock")
+        # every RUN of a foreign platform's image runs under qemu: say so before the build, not as
+        # "exec format error" in its first step (a remote builder's kernel is its own business)
+        if builds_here({**os.environ, **engine.runner.env}):
+            require_emulation(inv.platform, f"Building {inv.image}")
+    if inv.platform != host_platform():  # the context carries the uv of the image's CPU
+        fetch_uv(inv.platform, inv.sources, engine.runner)
     inv.files.write(inv.context)
     output = inv.output_file
     with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared:
@@ -272,7 +297,7 @@ def resolve_sources(spec_sources: Any, spec_dir: Path, options: BuildOptions, ru
 def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mapping[str, str] | None = None,
               runner: Runner | None = None) -> BuildInvocation:
     """spec file → plan → sources → invocation: what ``kiln build`` and ``--dry-run`` share."""
-    _spec, plan, spec_dir = load_plan(spec_path, facts=engine_facts(engine, pull=True))
+    _spec, plan, spec_dir = load_plan(spec_path, facts=engine_facts(engine, pull=True), platform=options.platform)
     spec_dir = spec_dir.resolve()
     if options.locked:  # the lock answers the plan with its base as given (--base included)
         from torchkiln.build.locking import locked_plan

@@ -12,7 +12,11 @@ the image-id file and the package-source secrets live in a private scratch folde
 (``scratch``: made 0700 when the build starts, removed when it ends); a ``.sif`` is written into a
 folder beside its destination and moved into place only after the build succeeded.
 
-To add a build option (a platform, cache import/export, a push destination): a field on
+``platform`` is the plan's (``[image] platform``, or inferred from the targets; ``--platform``
+re-resolves the spec for another one); docker and podman get ``--platform`` unless the engine's own
+platform is certainly the same (an amd64 plan built here, on amd64, with no --platform asked).
+
+To add a build option (cache import/export, a push destination): a field on
 ``BuildOptions`` (what the user asked), a field here (what the build will do), computed in
 ``plan_build`` and passed on in the ``BuildRequest`` (``torchkiln.engines.engine``), and its
 spelling in each engine's ``build_command`` (docker and podman: their flavour's ``spell_build``);
@@ -30,6 +34,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from torchkiln.build import sources as src
+from torchkiln.build.bootstrap import base_for_platform
+from torchkiln.build.emulation import host_platform
 from torchkiln.build.context import ContextFiles, apptainer_context, dockerfile_context
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
@@ -59,8 +65,8 @@ class BuildOptions:
     locked: bool = False
     from_pip: bool = False  # import the host's pip configuration as the lowest source layer
     flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
-    #: build for this OCI platform (``--platform``); None = the builder's own (matrix builds set it only
-    #: for cells a builder makes under emulation)
+    #: the image's platform ("linux/arm64"): ``kiln build --platform`` resolves the spec for it; matrix
+    #: builds set it for cells a builder makes under emulation. It must be the plan's.
     platform: str | None = None
     #: apptainer only: where the definition's base comes from (``Bootstrap:`` / ``From:``); file
     #: paths are relative to the current folder
@@ -102,8 +108,8 @@ class BuildInvocation:
     sources: src.Sources
     #: apptainer: where its base comes from (file bootstraps are checked before the build)
     apptainer: ApptainerOptions | None = None
-    #: the OCI platform asked of the engine (``--platform``); None = the engine's own
-    platform: str | None = None
+    #: the image's OCI platform: the plan's (``--platform`` of the engine; see ``engine_platform``)
+    platform: str = "linux/amd64"
     #: registry build cache (in the command's spelling): imported from, exported to
     cache_from: tuple[str, ...] = ()
     cache_to: str | None = None
@@ -153,6 +159,14 @@ class BuildInvocation:
             "base_image": self.base_image,
             "sources": self.sources.to_dict(),
         }
+
+
+def engine_platform(platform: str, asked: str | None, host: str | None = None) -> str | None:
+    """The ``--platform`` to give docker/podman: the plan's, except for an amd64 plan on an amd64
+    host when none was asked for (the engine builds that anyway, and the command stays as it was)."""
+    if asked or platform != "linux/amd64" or (host or host_platform()) != "linux/amd64":
+        return platform
+    return None
 
 
 def default_context_dir(plan: BuildPlan, spec_dir: Path) -> Path:
@@ -220,6 +234,18 @@ def plan_build(
     ``labels``: the provenance labels the image gets (``torchkiln.provenance``), set as ``--label``."""
     if options.target not in TARGETS:
         raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
+    if engine.info.name == APPTAINER and (options.platform or plan.platform != host_platform()):
+        raise InputError(
+            f"apptainer builds for the machine it runs on ({host_platform()}): it has no --platform, and the "
+            f"plan is {plan.platform}.",
+            hint="Build the image with docker or podman (--platform), then export it: kiln export IMAGE --format "
+                 f"sif; or build on a {plan.platform} machine.",
+        )
+    if options.platform and options.platform != plan.platform:
+        raise InputError(
+            f"--platform {options.platform} differs from the plan's platform {plan.platform}.",
+            hint="Resolve the spec for that platform (`kiln build --platform` does), or set [image] platform.",
+        )
     if options.base and plan.torch.image is not None and options.base != plan.base_image:
         from torchkiln.errors import SpecError
 
@@ -228,8 +254,8 @@ def plan_build(
             "([torch] source = \"image\"): kiln read torch, CUDA, Python and the archs from that image.",
             hint=f"Set [base] image = \"{options.base}\" in the spec instead, so that its facts are read and checked.",
         )
-    if options.base:
-        plan = dataclasses.replace(plan, base_image=options.base)
+    # a bootstrapped base names its platform in its tag: an arm64 plan builds on kiln-base:SUITE-arm64
+    plan = dataclasses.replace(plan, base_image=base_for_platform(options.base or plan.base_image, plan.platform))
     spec_dir = spec_dir.resolve()
     info = engine.info
     context = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
@@ -238,11 +264,6 @@ def plan_build(
     network = src.build_network(sources)
     if info.name == APPTAINER:
         require_runtime(options.target)
-        if options.platform:
-            raise InputError(
-                "apptainer builds for the machine it runs on: it has no --platform.",
-                hint="Build the image with docker or podman (--platform), then export it: kiln export IMAGE --format sif",
-            )
         if plan.locked is not None:
             raise InputError("--locked builds docker and podman images; apptainer definitions are not locked yet.",
                              hint="Build the locked image with docker and convert it: kiln export IMAGE --format sif.")
@@ -269,6 +290,7 @@ def plan_build(
             push=False, no_cache=options.no_cache, scratch=scratch,
             base_image=base if app.bootstrap == "docker" else f"{app.bootstrap}:{base}",
             python=plan.python, python_source=plan.python_source, sources=sources, apptainer=app,
+            platform=plan.platform,
         )
     ref = image_ref(plan, options.target, options.tag)
     files = dockerfile_context(plan, spec_dir)
@@ -276,7 +298,7 @@ def plan_build(
     cache_to = None if options.cache_to is None else check_reference(options.cache_to, "--cache-to")
     command = engine.build_command(BuildRequest(
         context, context / "Dockerfile", scratch / "iid", target=options.target, secrets=secrets, network=network,
-        labels=dict(labels or {}), no_cache=options.no_cache, platform=options.platform,
+        labels=dict(labels or {}), no_cache=options.no_cache, platform=engine_platform(plan.platform, options.platform),
         cache_from=cache_from, cache_to=cache_to,
     ))
     inline = cache_to is not None and info.name == "docker" and info.builder != "buildx"
@@ -284,7 +306,7 @@ def plan_build(
         engine=info, target=options.target, image=ref, context=context, files=files,
         command=command, secrets=secrets, network=network, tags=(ref,),
         push=options.push, no_cache=options.no_cache, scratch=scratch, base_image=plan.base_image,
-        python=plan.python, python_source=plan.python_source, sources=sources, platform=options.platform,
+        python=plan.python, python_source=plan.python_source, sources=sources, platform=plan.platform,
         cache_from=cache_from, cache_to=cache_to, cache_push=cache_to if inline else None,
         base_id=plan.locked.base_id if plan.locked is not None and "@sha256:" not in plan.base_image else None,
         lock=plan.locked.lock if plan.locked is not None else None,

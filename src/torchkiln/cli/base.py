@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,7 @@ from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import StepDisplay, human_size, live_output, make_runner
 from torchkiln.engines import get_engine
 
+Platform = Literal["linux/amd64", "linux/arm64"]
 EngineOpt = Annotated[
     str | None,
     typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable)."),
@@ -41,7 +42,15 @@ def bootstrap_cmd(
         list[str] | None,
         typer.Option("--package", "-p", help="Extra Debian package to include (repeatable); python3 always is."),
     ] = None,
-    tag: Annotated[str | None, typer.Option("--tag", "-t", help="Image reference (default: kiln-base:SUITE).")] = None,
+    tag: Annotated[
+        str | None,
+        typer.Option("--tag", "-t", help="Image reference (default: kiln-base:SUITE, kiln-base:SUITE-arm64 for arm64)."),
+    ] = None,
+    platform: Annotated[
+        Platform,
+        typer.Option("--platform", help="The base's platform: linux/arm64 makes an arm64 root (Grace systems); on "
+                                        "an x86_64 host that runs under qemu-user-static (binfmt_misc)."),
+    ] = "linux/amd64",
     engine_name: EngineOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if the tag exists.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line debootstrap prints.")] = False,
@@ -51,15 +60,16 @@ def bootstrap_cmd(
 
     Nothing is pulled from a registry; packages come from the Debian/Ubuntu archive mirror. The
     image is cached by its tag: run again and it returns at once (use --force to rebuild).
-    Build on it with `kiln build SPEC --base kiln-base:bookworm` or `\\[base] image` in kiln.toml.
+    Build on it with `kiln build SPEC --base kiln-base:bookworm` or `\\[base] image` in kiln.toml; an arm64
+    plan builds on kiln-base:bookworm-arm64 instead (`--platform linux/arm64` here makes it).
     """
     packages = tuple(dict.fromkeys([*DEFAULT_PACKAGES, *(package or [])]))
-    request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag)
+    request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag, platform=platform)
     runner = make_runner()
     engine = base_store(get_engine(engine_name, runner))  # apptainer has no store: refused before any work
     if not json:
         err_console.print(
-            f"bootstrapping {escape(request.image)} ({suite}, {', '.join(packages)}) into {engine.name}",
+            f"bootstrapping {escape(request.image)} ({suite}, {platform}, {', '.join(packages)}) into {engine.name}",
             highlight=False,
         )
     with StepDisplay(live=live_output() and not json, verbose=verbose) as display:
@@ -69,7 +79,7 @@ def bootstrap_cmd(
         return
     how = "already there (cached)" if not result.created else f"created in {result.seconds:.0f} s"
     console.print(
-        f"[bold green]{escape(result.image)}[/bold green] {how}: Python {result.python or '?'}, "
+        f"[bold green]{escape(result.image)}[/bold green] {how}: {result.platform}, Python {result.python or '?'}, "
         f"{human_size(result.size)}, {engine.name}",
         highlight=False,
     )

@@ -23,6 +23,8 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
+from torchkiln.build.context import fetch_uv
+from torchkiln.build.emulation import host_platform
 from torchkiln.build.execute import BuildSummary, execute, plan_spec
 from torchkiln.build.invocation import BuildInvocation, BuildOptions
 from torchkiln.build.sources import layer_from_flags
@@ -32,6 +34,7 @@ from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
 from torchkiln.runner import Runner
 
 Target = Literal["runtime", "dev"]
+Platform = Literal["linux/amd64", "linux/arm64"]
 EngineOpt = Annotated[
     str | None,
     typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable), or apptainer "
@@ -213,6 +216,13 @@ def build_cmd(
         typer.Option("--tag", "-t", help="Tag the image NAME:TAG instead of the spec's (apptainer: the .sif to "
                                          "write; default NAME_TAG.sif next to the spec)."),
     ] = None,
+    platform: Annotated[
+        Platform | None,
+        typer.Option("--platform", help="The image's platform, instead of the spec's \\[image] platform (default: "
+                                        "inferred from the targets): linux/arm64 for Grace systems (GH200, GB200, "
+                                        "DGX Spark). On another CPU the build runs under qemu-user-static; a "
+                                        "kiln-base base is taken for the platform (kiln-base:bookworm-arm64)."),
+    ] = None,
     bootstrap: Annotated[
         Bootstrap | None,
         typer.Option("--bootstrap", help="apptainer: where the base comes from: docker (pulled from its registry, "
@@ -342,6 +352,7 @@ def build_cmd(
     options = BuildOptions(
         target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
         cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=sources_from_pip, flags=flags,
+        platform=platform,
         apptainer=ApptainerOptions(bootstrap or "docker", from_, builder_from),
     )
     start = time.monotonic()
@@ -351,8 +362,8 @@ def build_cmd(
         return
     if not json:
         err_console.print(
-            f"building {escape(str(spec))} ({target}) with {escape(engine_label(engine.info.to_dict()))} "
-            f"({engine.info.builder})",
+            f"building {escape(str(spec))} ({target}, {invocation.platform}) with "
+            f"{escape(engine_label(engine.info.to_dict()))} ({engine.info.builder})",
             highlight=False,
         )
     with StepDisplay(live=live_output() and not json, verbose=verbose) as display:
@@ -364,7 +375,10 @@ def build_cmd(
 
 
 def _dry_run(inv: BuildInvocation, as_json: bool) -> None:
-    """Write the context (so it can be read or built by hand) and print the invocation; build nothing."""
+    """Write the context (so it can be read or built by hand) and print the invocation; build nothing.
+    For another platform than this machine's, the context's uv of that CPU is fetched first."""
+    if inv.platform != host_platform():
+        fetch_uv(inv.platform, inv.sources, make_runner())
     inv.files.write(inv.context)
     if as_json:
         print_json(inv.to_dict())
@@ -374,6 +388,7 @@ def _dry_run(inv: BuildInvocation, as_json: bool) -> None:
     where = f"cd {shlex.quote(str(inv.command.cwd))} && " if inv.command.cwd is not None else ""
     console.print(f"context: {inv.context}", highlight=False)
     console.print(f"image:   {inv.image} ({done})", highlight=False)
+    console.print(f"platform: {inv.platform} (base {inv.base_image})", highlight=False)
     console.print(f"command: {where}{prefix + ' ' if prefix else ''}{shlex.join(inv.command.argv)}",
                   highlight=False, soft_wrap=True)
     if inv.secrets:

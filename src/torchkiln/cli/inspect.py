@@ -378,8 +378,15 @@ def inspect_cmd(
             _print_provenance(provenance)
         elif report.kind == "wheel":
             console.print(
-                f"[bold]{escape(report.source)}[/bold]  wheel  {report.stats.files} files, "
-                f"{report.stats.elf_files} ELF files"
+                f"[bold]{escape(report.source)}[/bold]  wheel  {report.platform or 'any platform'}  "
+                f"{report.stats.files} files, {report.stats.elf_files} ELF files"
+                + (f" ({', '.join(report.machines)})" if report.machines else "")
+            )
+        elif report.kind == "binary":
+            b = report.binaries[0] if report.binaries else None
+            console.print(
+                f"[bold]{escape(report.source)}[/bold]  {b.elf_type if b else 'ELF'}  "
+                f"{report.platform or (b.machine if b else '')}"
             )
         for note in report.notes if report.image is None else ():
             console.print(f"[dim]{escape(note)}[/dim]")

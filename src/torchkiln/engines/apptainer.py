@@ -306,7 +306,7 @@ class ApptainerEngine:
         p.unlink()
         return True
 
-    def pull(self, image: str, *, timeout: float | None = 120) -> bool:
+    def pull(self, image: str, *, timeout: float | None = 120, platform: str | None = None) -> bool:
         """True when ``image`` is a SIF on disk; registry bases are pulled by ``apptainer build`` itself."""
         return is_sif(Path(image))
 

@@ -142,6 +142,15 @@ class ImageDetails:
     driver_data: Mapping[str, str] = field(default_factory=dict)
     #: ``repo@sha256:…`` of each registry the image was pushed to or pulled from
     repo_digests: tuple[str, ...] = ()
+    #: the image's platform as the engine records it ("linux", "arm64", "v8"); "" when not recorded
+    os: str = ""
+    architecture: str = ""
+    variant: str = ""
+
+    @property
+    def platform(self) -> str:
+        """``os/architecture`` ("linux/arm64"), "" when the engine records no architecture."""
+        return f"{self.os or 'linux'}/{self.architecture}" if self.architecture else ""
 
     @classmethod
     def from_inspect(cls, data: Mapping[str, Any]) -> ImageDetails:
@@ -162,6 +171,9 @@ class ImageDetails:
             driver=str(graph.get("Name") or ""),
             driver_data={str(k): str(v) for k, v in gdata.items() if isinstance(v, str)},
             repo_digests=tuple(str(d) for d in data.get("RepoDigests") or ()),
+            os=str(data.get("Os") or ""),
+            architecture=str(data.get("Architecture") or ""),
+            variant=str(data.get("Variant") or ""),
         )
 
 
@@ -253,7 +265,7 @@ class Engine(Protocol):
     def image_exists(self, image: str) -> bool: ...
     def inspect_image(self, image: str) -> ImageDetails: ...
     def history(self, image: str) -> list[str]: ...
-    def pull(self, image: str, *, timeout: float | None = 120) -> bool: ...
+    def pull(self, image: str, *, timeout: float | None = 120, platform: str | None = None) -> bool: ...
     def remove_image(self, image: str, *, missing_ok: bool = True) -> bool: ...
 
 

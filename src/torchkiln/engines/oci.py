@@ -242,9 +242,11 @@ class OciEngine:
         self.runner.run([self.info.binary, "rmi", image], what=f"{self.name} rmi {image}")
         return True
 
-    def pull(self, image: str, *, timeout: float | None = 120) -> bool:
-        """Try to pull ``image``; False (never an error) when no registry has it."""
-        r = self.runner.run([self.info.binary, "pull", image], check=False, timeout=timeout)
+    def pull(self, image: str, *, timeout: float | None = 120, platform: str | None = None) -> bool:
+        """Try to pull ``image`` (for ``platform``, else the host's); False (never an error) when no
+        registry has it."""
+        cmd = [self.info.binary, "pull", *(["--platform", platform] if platform else []), image]
+        r = self.runner.run(cmd, check=False, timeout=timeout)
         return r.returncode == 0
 
     # -- the store's own operations (ImageStore) ------------------------------------------------------

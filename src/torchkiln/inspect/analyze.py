@@ -38,6 +38,8 @@ from torchkiln.inspect.fatbin import (
 from torchkiln.inspect.kernels import has_kernels
 from torchkiln.inspect.report import (
     ELF_TYPES,
+    OCI_PLATFORMS,
+    machine_name,
     BinaryReport,
     ImageInfo,
     InspectReport,
@@ -192,6 +194,7 @@ def _binary(
         method=listing.method if listing else "",
         sections=listing.sections if listing else (),
         error=error,
+        machine=machine_name(listing.machine) if listing else "",
     )
 
 
@@ -205,6 +208,8 @@ def _finish(
     image: ImageInfo | None = None,
     waste: WasteReport | None = None,
     notes: Sequence[str] = (),
+    platform: str | None = None,
+    machines: Collection[str] = (),
 ) -> InspectReport:
     binaries.sort(key=lambda b: b.path)
     rows = [(b.package, b.version, b.path, b.entries, b.coverage) for b in binaries if b.entries]
@@ -224,6 +229,8 @@ def _finish(
         waste=waste,
         stats=stats,
         notes=tuple(notes),
+        platform=platform,
+        machines=tuple(sorted(set(machines) | {b.machine for b in binaries if b.machine})),
     )
 
 
@@ -245,7 +252,8 @@ def inspect_binary(path: Path, targets: Sequence[Target], *, all_sections: bool 
     binaries = [_binary(str(path), size, read, targets, None, None)]
     notes = [] if read.listing and read.listing.entries else [f"{path.name} contains no CUDA device code."]
     stats = ScanStats(files=1, elf_files=1, bytes_read=0, seconds=time.perf_counter() - t0)
-    return _finish("binary", str(path), targets, binaries, stats, notes=notes)
+    machine = binaries[0].machine
+    return _finish("binary", str(path), targets, binaries, stats, notes=notes, platform=OCI_PLATFORMS.get(machine))
 
 
 # -- wheel -------------------------------------------------------------------------------------------
@@ -253,6 +261,8 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
     """Every ELF member of a wheel (a zip); members are decompressed one at a time into a spool."""
     t0 = time.perf_counter()
     name, version = _wheel_name(path.name)
+    platform = wheel_platform(path.name)
+    machines: set[str] = set()
     binaries: list[BinaryReport] = []
     files = elf_files = 0
     read_s = 0.0
@@ -267,11 +277,13 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
                     continue
                 t = time.perf_counter()
                 with zf.open(info) as member:
-                    head = member.read(4)
-                    if head != ELF_MAGIC:
+                    head = member.read(20)
+                    if head[:4] != ELF_MAGIC:
                         read_s += time.perf_counter() - t
                         continue
                     elf_files += 1
+                    if len(head) == 20:  # e_machine, in the file's own byte order
+                        machines.add(machine_name(int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")))
                     with tempfile.SpooledTemporaryFile(max_size=256 << 20) as spool:
                         spool.write(head)
                         while chunk := member.read(8 << 20):
@@ -295,7 +307,31 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
     except (EOFError, OSError, zlib.error, ValueError) as e:
         raise InputError(f"{path} is truncated, corrupt or unreadable ({e}).", hint="Download the wheel again.") from None
     stats = ScanStats(files, elf_files, nbytes, time.perf_counter() - t0, read_s)
-    return _finish("wheel", str(path), targets, binaries, stats)
+    notes = []
+    want = next((m for m, p in OCI_PLATFORMS.items() if p == platform), None)
+    strays = sorted(m for m in machines if m != want)
+    if platform is not None and strays:
+        notes.append(f"The wheel is tagged {platform}, but holds ELF files for {', '.join(strays)}.")
+    return _finish("wheel", str(path), targets, binaries, stats, notes=notes, platform=platform, machines=machines)
+
+
+def wheel_platform(filename: str) -> str | None:
+    """The OCI platform a wheel's platform tag names ("…manylinux_2_28_aarch64.whl" -> "linux/arm64");
+    None for pure wheels (``any``), other operating systems, and names that are not wheel names."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except (InvalidWheelFilename, ValueError):
+        return None
+    found = set()
+    for tag in tags:
+        plat = tag.platform
+        if plat.startswith(("manylinux", "musllinux", "linux")):
+            for machine, oci in OCI_PLATFORMS.items():
+                if plat.endswith("_" + machine) or (machine == "i386" and plat.endswith("_i686")):
+                    found.add(oci)
+    return found.pop() if len(found) == 1 else None
 
 
 def _wheel_name(filename: str) -> tuple[str | None, str | None]:
@@ -405,7 +441,8 @@ def image_report(
         notes.append(
             f"The image has a compiler (/{waste.compiler}), so headers and static libraries are not counted as waste."
         )
-    return _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes)
+    plat = f"{meta.os or 'linux'}/{meta.architecture}" if meta.architecture else None
+    return _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes, platform=plat)
 
 
 class Meter:

@@ -5,6 +5,8 @@ JSON shape (``InspectReport.to_dict``)::
     {
       "kind": "image" | "wheel" | "binary",
       "source": "...",
+      "platform": "linux/amd64" | "linux/arm64" | ... | null,
+      "machines": ["x86_64", "aarch64", ...],
       "targets": [{"name": "H100", "capability": "9.0"}, ...],
       "read": {"path": "direct" | "export" | "file", "engine": "docker" | "podman" | null,
                "storage": "overlay2" | "overlay" | null, "reason": WHY-EXPORT | null},
@@ -13,7 +15,7 @@ JSON shape (``InspectReport.to_dict``)::
       "waste": {"total": N, "compiler": PATH | null, "categories": [
                  {category, title, bytes, files, items_total, items: [{path, bytes, files, layer, removed_in}]}]}
                | null,
-      "binaries": [{path, package, version, layer, size, elf_type, method, sections, error,
+      "binaries": [{path, package, version, layer, size, elf_type, machine, method, sections, error,
                     "entries": [{kind: "sass"|"ptx", arch: "sm_90"|"sm_90a"|"compute_90", compressed, ...}],
                     "other_entries": [...LTO-IR and unknown kinds...],
                     "embedded": {sections, entries, other_entries, archs} | null,
@@ -31,7 +33,9 @@ directly, ``image.format`` is ``engine-storage`` and ``archive_size`` and each `
 
 ``entries`` holds only SASS and PTX; ``arch`` is ``sm_XY[a|f]`` for SASS and ``compute_XY[a|f]`` for
 PTX. Paths inside images are absolute ("/usr/lib/..."); inside wheels they are the wheel's member
-names.
+names. ``platform`` is the image's ``os/architecture`` (its config), a wheel's from its platform tag
+(null for ``any``), an ELF file's from its ELF machine; ``machines`` lists the CPU architectures of
+the ELF files read (``e_machine``: an aarch64 wheel holds aarch64 code, whatever its fat binaries hold).
 """
 
 from __future__ import annotations
@@ -46,6 +50,17 @@ from torchkiln.inspect.waste import WasteReport
 ReportKind = Literal["image", "wheel", "binary"]
 
 ELF_TYPES = {1: "relocatable", 2: "executable", 3: "shared object", 4: "core"}
+#: ELF e_machine -> the machine name ``uname -m`` prints
+ELF_MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64", 183: "aarch64",
+                243: "riscv64"}
+#: machine -> OCI platform
+OCI_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64", "i386": "linux/386", "ppc64": "linux/ppc64le",
+                 "s390x": "linux/s390x", "arm": "linux/arm", "riscv64": "linux/riscv64"}
+
+
+def machine_name(e_machine: int) -> str:
+    """ELF e_machine -> "x86_64", "aarch64", … ("e_machine N" for others)."""
+    return ELF_MACHINES.get(e_machine, f"e_machine {e_machine}")
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,8 @@ class BinaryReport:
     error: str | None = None
     #: fat binaries found in other data sections (the library loads them itself), when looked for
     embedded: tuple[FatbinEntry, ...] = ()
+    #: the CPU architecture of the ELF file ("x86_64", "aarch64"), "" when unreadable
+    machine: str = ""
 
     @property
     def device_entries(self) -> tuple[FatbinEntry, ...]:
@@ -102,6 +119,7 @@ class BinaryReport:
             "layer": self.layer,
             "size": self.size,
             "elf_type": self.elf_type,
+            "machine": self.machine,
             "method": self.method,
             "sections": list(self.sections),
             "error": self.error,
@@ -212,6 +230,10 @@ class InspectReport:
     stats: ScanStats = field(default_factory=ScanStats)
     notes: tuple[str, ...] = ()
     read: ReadInfo = field(default_factory=ReadInfo)
+    #: "linux/arm64": the image's, the wheel's platform tag's, the ELF file's (None: any / unknown)
+    platform: str | None = None
+    #: CPU architectures of the ELF files read (sorted)
+    machines: tuple[str, ...] = ()
 
     @property
     def failing(self) -> tuple[BinaryReport, ...]:
@@ -232,6 +254,8 @@ class InspectReport:
         return {
             "kind": self.kind,
             "source": self.source,
+            "platform": self.platform,
+            "machines": list(self.machines),
             "targets": [{"name": t.label, "capability": t.key} for t in self.targets],
             "read": self.read.to_dict(),
             "image": None if self.image is None else self.image.to_dict(),
