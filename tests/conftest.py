@@ -116,6 +116,24 @@ class Mirror:
         return replace(self.layer, ca_bundle=str(ca))
 
 
+def source_flags(layer: SourceLayer) -> list[str]:
+    """The mirror as command-line flags (the highest layer: the same sources for lock and build)."""
+    flags: list[str] = []
+    if layer.index_url:
+        flags += ["--index-url", layer.index_url]
+    for u in layer.extra_index_urls:
+        flags += ["--extra-index-url", u]
+    for f in layer.find_links:
+        flags += ["--find-links", f]
+    if layer.torch_index:
+        flags += ["--torch-index", layer.torch_index]
+    if layer.ca_bundle:
+        flags += ["--ca-bundle", layer.ca_bundle]
+    if layer.index_strategy:
+        flags += ["--index-strategy", layer.index_strategy]
+    return flags
+
+
 def _system_ca() -> str | None:
     for candidate in (os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile):
         if candidate and Path(candidate).is_file():

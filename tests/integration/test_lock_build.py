@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import source_flags
 from packaging.utils import canonicalize_name
 
 from torchkiln.engines import Engine
@@ -29,24 +30,6 @@ INSTALLED = ("import json, importlib.metadata as m; "
 
 def kiln(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "torchkiln", *args], capture_output=True, text=True, timeout=1200)
-
-
-def source_flags(layer: Any) -> list[str]:
-    """The mirror as command-line flags (the highest layer: the same sources for lock and build)."""
-    flags: list[str] = []
-    if layer.index_url:
-        flags += ["--index-url", layer.index_url]
-    for u in layer.extra_index_urls:
-        flags += ["--extra-index-url", u]
-    for f in layer.find_links:
-        flags += ["--find-links", f]
-    if layer.torch_index:
-        flags += ["--torch-index", layer.torch_index]
-    if layer.ca_bundle:
-        flags += ["--ca-bundle", layer.ca_bundle]
-    if layer.index_strategy:
-        flags += ["--index-strategy", layer.index_strategy]
-    return flags
 
 
 def test_lock_then_build_exactly_the_lock(  # type: ignore[no-untyped-def]

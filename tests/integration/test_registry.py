@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import REGISTRY_PASSWORD_MARKER
+from conftest import REGISTRY_PASSWORD_MARKER, source_flags
 
 from torchkiln.engines import Engine
 from torchkiln.errors import ExitCode
@@ -106,3 +106,55 @@ def test_an_unreachable_registry_is_a_clear_error(cpu_build) -> None:  # type: i
     assert r.returncode == ExitCode.REGISTRY, r.stderr
     assert "cannot be reached" in r.stderr and "Traceback" not in r.stderr
     subprocess.run(["/usr/bin/docker", "rmi", ref], capture_output=True)
+
+
+# -- kiln build --push / --cache-to: the same registry errors after a (cached) build ----------------------
+
+
+def build_args(cpu_build, ref: str, *extra: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """`kiln build` of the session's CPU image as the CLI runs it (the same context: every step cached)."""
+    o = cpu_build.options
+    return ["build", str(cpu_build.spec), "--base", o.base, "--tag", ref, "--context", str(o.context_dir),
+            *source_flags(o.flags), *extra]
+
+
+def test_build_push_to_an_unreachable_registry_is_exit_12(cpu_build) -> None:  # type: ignore[no-untyped-def]
+    from services import free_port
+
+    ref = f"127.0.0.1:{free_port()}/kiln-test/nowhere:build"  # nothing listens there
+    try:
+        r = kiln(*build_args(cpu_build, ref, "--push"))
+        assert r.returncode == ExitCode.REGISTRY, r.stderr
+        assert "cannot be reached" in r.stderr and ref.split("/")[0] in r.stderr and "Traceback" not in r.stderr
+        cache = f"127.0.0.1:{free_port()}/kiln-test/nowhere:cache"
+        r = kiln(*build_args(cpu_build, ref, "--cache-to", cache, "--json"))
+        assert r.returncode == ExitCode.REGISTRY, r.stderr
+        assert json.loads(r.stdout)["error"] == "RegistryError"
+    finally:
+        subprocess.run(["/usr/bin/docker", "rmi", ref], capture_output=True)
+        subprocess.run(["/usr/bin/docker", "rmi", cache], capture_output=True)
+
+
+def test_build_push_with_bad_credentials_is_exit_13_and_shows_no_secret(  # type: ignore[no-untyped-def]
+    cpu_build, secure_registry, tmp_path: Path,
+) -> None:
+    reg = secure_registry
+    repo = "kiln-test/build-push"
+    ref = reg.ref(f"{repo}:bad-{os.getpid()}")
+    env = docker_config(tmp_path / "wrong", {reg.host: f"{reg.user}:not-{reg.password}"})
+    outputs: list[str] = []
+    try:
+        r = kiln(*build_args(cpu_build, ref, "--push"), env=env)
+        outputs += [r.stdout, r.stderr]
+        assert r.returncode == ExitCode.REGISTRY_AUTH, r.stderr
+        assert "refused" in r.stderr and f"docker login {reg.host}" in r.stderr and "Traceback" not in r.stderr
+        r = kiln("--debug", *build_args(cpu_build, ref, "--push", "--json"), env=env)  # echoes every command
+        outputs += [r.stdout, r.stderr]
+        assert r.returncode == ExitCode.REGISTRY_AUTH
+        assert json.loads(r.stdout)["error"] == "RegistryAuthError"
+        assert reg.tags(repo) == []  # nothing pushed half-way
+        for text in outputs:  # neither the stored password nor its base64 form, even with --debug
+            assert REGISTRY_PASSWORD_MARKER not in text and reg.password not in text
+            assert base64.b64encode(f"{reg.user}:not-{reg.password}".encode()).decode() not in text
+    finally:
+        subprocess.run(["/usr/bin/docker", "rmi", ref], capture_output=True)
