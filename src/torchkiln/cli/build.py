@@ -329,10 +329,10 @@ def build_cmd(
     apptainer = engine.info.name == "apptainer"
     if matrix:
         for option, value in (("--tag", tag), ("--context", context), ("--bootstrap", bootstrap), ("--from", from_),
-                              ("--builder-from", builder_from)):
+                              ("--builder-from", builder_from), ("--cache-to", cache_to), ("--locked", locked or None)):
             if value is not None:
-                raise typer.BadParameter("cannot be used with --matrix (each cell's tag and context are derived "
-                                         "from the cell: docs/matrix.md)", param_hint=option)
+                raise typer.BadParameter("cannot be used with --matrix (each cell's tag, context, cache and lock "
+                                         "would be its own: docs/matrix.md)", param_hint=option)
         if engine.info.name != "docker":
             raise InputError(f"matrix builds run on Docker builders; {engine.info.name} is not one.",
                              hint="Use --engine docker (or leave --engine out) with --builders NAME….")
@@ -343,7 +343,7 @@ def build_cmd(
                      live=live_output() and not json, runner=runner, main_binary=engine.info.binary,
                      has_buildx=engine.info.builder == "buildx",
                      options=BuildOptions(target=target, base=base, no_cache=no_cache, push=push,
-                                          from_pip=sources_from_pip, flags=flags))
+                                          cache_from=tuple(cache_from or ()), from_pip=sources_from_pip, flags=flags))
         return
     for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
         if value is not None and not apptainer:
