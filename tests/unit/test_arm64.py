@@ -288,3 +288,41 @@ def test_inspect_reports_an_aarch64_wheel(capsys: pytest.CaptureFixture[str], tm
     assert any("tagged linux/arm64, but holds ELF files for x86_64" in n for n in report["notes"])
     pure = _wheel(tmp_path / "six-1.16.0-py2.py3-none-any.whl", {"six.py": b""})
     assert json.loads(_cli(capsys, "inspect", str(pure), "--json")[1])["platform"] is None
+
+
+# -- the uv of an arm64 build context -----------------------------------------------------------------
+def _fake_uv_wheel(folder: Path, version: str) -> Path:
+    """A wheel of uv for aarch64 whose "binary" is a marker file (installing it runs nothing)."""
+    name = f"uv-{version}"
+    wheel = folder / f"{name}-py3-none-manylinux_2_28_aarch64.whl"
+    files = {
+        f"{name}.data/scripts/uv": b"aarch64 uv\n",
+        f"{name}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: uv\nVersion: {version}\n".encode(),
+        f"{name}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                   b"Tag: py3-none-manylinux_2_28_aarch64\n",
+    }
+    record = "".join(f"{n},,\n" for n in files) + f"{name}.dist-info/RECORD,,\n"
+    return _wheel(wheel, {**files, f"{name}.dist-info/RECORD": record.encode()})
+
+
+def test_an_arm64_context_gets_uv_built_for_aarch64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchkiln.build.context import fetch_uv, uv_binary, uv_version
+    from torchkiln.build.sources import Sources
+    from torchkiln.errors import SourceError
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    empty = tmp_path / "simple"
+    empty.mkdir()
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    dest = uv_binary("linux/arm64")
+    assert dest.is_relative_to(tmp_path / "cache") and dest.parent.parent.name == f"{uv_version()}-aarch64"
+    # sources without uv's aarch64 wheel: exit 9, naming what is missing
+    with pytest.raises(SourceError) as e:
+        fetch_uv("linux/arm64", Sources(index_url=str(empty), find_links=(str(wheels),)), Runner())
+    assert e.value.exit_code == ExitCode.SOURCE and f"uv=={uv_version()}" in e.value.hint
+    assert not dest.exists() and not any((tmp_path / "cache" / "uv").iterdir())  # nothing half-written
+    _fake_uv_wheel(wheels, uv_version())
+    got = fetch_uv("linux/arm64", Sources(index_url=str(empty), find_links=(str(wheels),)), Runner())
+    assert got == dest and dest.read_bytes() == b"aarch64 uv\n"
+    assert fetch_uv("linux/arm64", Sources(), Runner()) == dest  # cached: no source asked again

@@ -11,7 +11,8 @@ import typer
 
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
-from torchkiln.build.context import bake_context, write_apptainer_context, write_context
+from torchkiln.build.context import bake_context, fetch_uv, write_apptainer_context, write_context
+from torchkiln.build.emulation import host_platform
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
 from torchkiln.load import load_matrix, load_plan
 from torchkiln.contract import sif_name
@@ -80,6 +81,13 @@ def render_cmd(
         return
     if out.exists() and not out.is_dir():
         raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
+    if plan.platform != host_platform():  # the context carries uv built for the image's CPU
+        from torchkiln.build.sources import resolve_sources
+        from torchkiln.runner import Runner
+
+        runner = Runner()
+        fetch_uv(plan.platform, resolve_sources(plan_sources=plan.sources, spec_dir=spec_dir, from_pip=True,
+                                                runner=runner), runner)
     files = _written(lambda: write_context(plan, spec_dir, out), out)
     if json:
         print_json({"out": str(out), "files": [str(f.relative_to(out.resolve())) for f in files]})
