@@ -51,13 +51,12 @@ def image_labels(plan: BuildPlan) -> dict[str, str]:
     if plan.platform != "linux/amd64":  # amd64 images carry no such label (their image config says it)
         labels[f"{LABEL_PREFIX}.platform"] = plan.platform
     if t.cuda:
-        labels.update({
-            f"{LABEL_PREFIX}.cuda": t.cuda,
-            f"{LABEL_PREFIX}.arch-list": plan.arch_list,
-            f"{LABEL_PREFIX}.wheel-arch-list": t.wheel_arch_list,
-            f"{LABEL_PREFIX}.targets": ",".join(f"{x.name}={x.capability}" for x in plan.targets),
-            f"{LABEL_PREFIX}.min-driver": plan.min_driver or "",
-        })
+        labels[f"{LABEL_PREFIX}.cuda"] = t.cuda
+        labels[f"{LABEL_PREFIX}.arch-list"] = plan.arch_list
+        if t.wheel_arch_list:  # unknown for a base image's torch that was not read
+            labels[f"{LABEL_PREFIX}.wheel-arch-list"] = t.wheel_arch_list
+        labels[f"{LABEL_PREFIX}.targets"] = ",".join(f"{x.name}={x.capability}" for x in plan.targets)
+        labels[f"{LABEL_PREFIX}.min-driver"] = plan.min_driver or ""
     return labels
 
 

@@ -31,9 +31,7 @@ from torchkiln.resolve import resolve
 from torchkiln.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).parents[2]
-#: the examples Apptainer renders (not those whose torch is the base image's: refused, tested below)
-EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.toml") if 'source = "image"' not in p.read_text())
-VENDOR = sorted(p for p in (ROOT / "examples").glob("*.toml") if 'source = "image"' in p.read_text())
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
 GOLDEN = ROOT / "tests" / "golden" / "apptainer"
 #: the sections apptainer's parser accepts (pkg/build/types/parser/deffile.go validSections)
 VALID_SECTIONS = {"help", "setup", "files", "labels", "environment", "pre", "post", "runscript", "test",
@@ -53,13 +51,38 @@ def _with_app(plan: BuildPlan, **changes: object) -> BuildPlan:
     return dataclasses.replace(plan, app=dataclasses.replace(plan.app, **changes))
 
 
-@pytest.mark.parametrize("path", VENDOR, ids=lambda p: p.stem)
-def test_a_vendor_torch_is_refused_with_the_way_through_export(path: Path) -> None:
-    from torchkiln.errors import OutputError
+def test_a_vendor_torch_is_kept_installs_go_into_the_images_python() -> None:
+    """examples/ngc.toml: no venv, no torch install; packages constrained by the image's file and a torch pin."""
+    plan = _plan(ROOT / "examples" / "ngc.toml")
+    text = render_apptainer(plan)
+    post = scriptlets(text)["post"]
+    assert "uv venv" not in post and "-r /kiln/requirements-torch.txt" not in post and "/opt/venv" not in text
+    assert ("/kiln/bin/uv pip install --python /usr/bin/python3.12 --system --break-system-packages "
+            "-c /etc/pip/constraint.txt -c /kiln/requirements-torch.txt -r /kiln/requirements.txt") in post
+    assert post.index("xargs -0 sha256sum > /tmp/kiln-torch.sha256") < post.index("uv pip install")
+    assert post.index("uv pip install") < post.index("sha256sum --quiet -c /tmp/kiln-torch.sha256")
+    assert "PIP_CONSTRAINT" not in scriptlets(text)["environment"]  # the image's own ENV stays
+    assert apptainer_files(plan)[".kiln/requirements-torch.txt"] == "torch==2.10.0a0+b4e4ee81d3\n"
+    offline = render_apptainer(plan, ApptainerOptions(bootstrap="docker-archive", source="ngc-25.12.tar"))
+    assert offline.startswith("Bootstrap: docker-archive\nFrom: ngc-25.12.tar\n")
 
-    with pytest.raises(OutputError) as e:
-        render_apptainer(_plan(path))
-    assert "kiln export" in (e.value.hint or "")
+
+def test_a_vendor_extension_uses_the_images_python_and_nvcc_and_purges_nothing() -> None:
+    from torchkiln.images.facts import ImageFacts
+
+    facts = ImageFacts(
+        image="nvcr.io/nvidia/pytorch:25.12-py3", origin="image", torch_version="2.10.0a0+b4e4ee81d3",
+        torch_cuda="13.1", torch_git="", python="3.12", python_exe="/usr/bin/python3.12",
+        site="/usr/local/lib/python3.12/dist-packages", constraints_path="/etc/pip/constraint.txt",
+        constraints_torch="", constraints_count=1, arch_entries=("sm_90",), arch_source="x", nvcc_cuda="13.1",
+        cuda_home="/usr/local/cuda")
+    spec = parse_spec({"image": {"name": "acme/t"}, "base": {"image": facts.image}, "torch": {"source": "image"},
+                       "gpu": {"targets": ["H100"]}, "extensions": [{"name": "flash-attn", "version": "2.8.3"}]})
+    post = scriptlets(render_apptainer(resolve(spec, load_knowledge(), facts)))["post"]
+    assert "export KILN_PY=/usr/bin/python3.12" in post and "kiln_check_nvcc 13.1" in post
+    assert ("--system --break-system-packages --no-build-isolation -c /etc/pip/constraint.txt "
+            "-c /kiln/requirements-torch.txt flash-attn==2.8.3") in post
+    assert "apt-get" not in post  # NGC has its compilers: none installed, none purged
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

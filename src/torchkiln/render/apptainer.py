@@ -317,8 +317,12 @@ def section_files_from_builder() -> list[str]:
 
 
 def environment_pairs(plan: BuildPlan) -> list[tuple[str, str]]:
-    """Run-time variables (``PATH`` is handled apart: it is prepended to, not replaced)."""
-    pairs = [
+    """Run-time variables (``PATH`` is handled apart: it is prepended to, not replaced).
+
+    On a base whose torch is its own (``[torch] source = "image"``) the image's environment stays as it
+    is (Apptainer keeps a docker image's ENV, NGC's ``PIP_CONSTRAINT`` among it): no venv, no constraints.
+    """
+    pairs = [] if plan.torch.image is not None else [
         ("VIRTUAL_ENV", VENV),
         ("PIP_CONSTRAINT", CONSTRAINTS),
         ("UV_CONSTRAINT", CONSTRAINTS),
@@ -333,7 +337,7 @@ def environment_pairs(plan: BuildPlan) -> list[tuple[str, str]]:
 
 
 def section_environment(plan: BuildPlan) -> list[str]:
-    body = [f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH"']
+    body = [] if plan.torch.image is not None else [f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH"']
     body += [f"export {k}={_q(v, f'the value of {k}')}" for k, v in environment_pairs(plan)]
     return _section("environment", body)
 
@@ -366,6 +370,8 @@ def _build_tools(plan: BuildPlan) -> list[str]:
     """Compilers for the extension stage that the spec does not ask to keep (removed after it)."""
     if not _compiled(plan):
         return []
+    if plan.torch.image is not None:  # a development image has its compilers: none added, none purged
+        return [t for t in (plan.toolchain.apt if plan.toolchain else ()) if t not in plan.apt_packages]
     tools = ["build-essential"] + (["git"] if any(e.git for e in _compiled(plan)) else [])
     return [t for t in tools if t not in plan.apt_packages]
 
@@ -407,8 +413,43 @@ def post_venv(plan: BuildPlan) -> list[str]:
     ]
 
 
-def _install(args: str) -> str:
+def _install(args: str, plan: BuildPlan | None = None) -> str:
+    """uv installing into kiln's venv, or, on a base whose torch is its own, into the image's Python."""
+    if plan is not None and plan.torch.image is not None:
+        exe = shlex.quote(plan.torch.image.python_exe)
+        return f"{UV} pip install --python {exe} --system --break-system-packages {args}"
     return f"{UV} pip install --python {VENV}/bin/python {args}"
+
+
+def _constraints(plan: BuildPlan) -> str:
+    """``-c`` the constraints every install after torch honours: kiln's frozen torch set, or the image's own
+    constraints file plus a pin of its torch (``requirements-torch.txt`` holds exactly ``torch==VERSION``)."""
+    image = plan.torch.image
+    if image is None:
+        return f"-c {CONSTRAINTS}"
+    own = f"-c {image.constraints} " if image.constraints else ""
+    return f"{own}-c {KILN}/requirements-torch.txt"
+
+
+def post_image_torch(plan: BuildPlan, *, after: bool) -> list[str]:
+    """Around the installs on a base whose torch is its own: the SHA-256 of torch's files, then the check."""
+    image = plan.torch.image
+    if image is None or not (plan.pip_packages or plan.extensions):
+        return []
+    if not after:
+        return [
+            _comment(f"torch is the base image's own ({image.facts}): its files are recorded and checked after the"),
+            _comment("installs, which are constrained to it (a package that wants another torch fails)"),
+            f"find {shlex.quote(image.site + '/torch')} -type f -print0 | sort -z | xargs -0 sha256sum "
+            "> /tmp/kiln-torch.sha256",
+        ]
+    py = shlex.quote(image.python_exe)
+    return [
+        "sha256sum --quiet -c /tmp/kiln-torch.sha256",
+        "rm /tmp/kiln-torch.sha256",
+        f"{py} -c 'import torch; v = torch.__version__; assert v == \"{plan.torch.version}\", "
+        "\"torch was replaced: \" + v'",
+    ]
 
 
 def post_torch(plan: BuildPlan) -> list[str]:
@@ -424,9 +465,10 @@ def post_torch(plan: BuildPlan) -> list[str]:
 def post_packages(plan: BuildPlan) -> list[str]:
     if not plan.pip_packages:
         return []
+    what = "the image's constraints and its torch" if plan.torch.image is not None else "the torch set above"
     return [
-        _comment("stage packages: the spec's pip packages, constrained to the torch set above"),
-        _install(f"-c {CONSTRAINTS} -r {KILN}/requirements.txt"),
+        _comment(f"stage packages: the spec's pip packages, constrained to {what}"),
+        _install(f"{_constraints(plan)} -r {KILN}/requirements.txt", plan),
     ]
 
 
@@ -473,15 +515,16 @@ def post_extensions(plan: BuildPlan, *, purge: bool = True) -> list[str]:
     if compiled:
         sources = {e.name: dest for e, dest in _extension_sources(plan)}
         requires = sorted({r for e in compiled for r in e.build_requires})
-        lines += [
-            f". {KILN}/ext/build.sh",
-            f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH" VIRTUAL_ENV={VENV}',
-            *_toolchain(plan),
-        ]
+        if plan.torch.image is not None:  # the image's Python: build.sh's checks run it
+            lines.append(f"export KILN_PY={shlex.quote(plan.torch.image.python_exe)}")
+        lines.append(f". {KILN}/ext/build.sh")
+        if plan.torch.image is None:
+            lines.append(f'export PATH={shlex.quote(VENV + "/bin")}:"$PATH" VIRTUAL_ENV={VENV}')
+        lines += _toolchain(plan)
         if plan.arch_list:
             lines.append(f"export TORCH_CUDA_ARCH_LIST={_q(plan.arch_list)}")
         if requires:
-            lines.append(_install(f"-c {CONSTRAINTS} " + " ".join(shlex.quote(r) for r in requires)))
+            lines.append(_install(f"{_constraints(plan)} " + " ".join(shlex.quote(r) for r in requires), plan))
         for e in compiled:
             env = [f"export {_env_name(k)}={_q(v, f'extension {e.name} {k}')}" for k, v in e.env]
             flag = "--no-build-isolation " if e.no_build_isolation else ""
@@ -490,14 +533,14 @@ def post_extensions(plan: BuildPlan, *, purge: bool = True) -> list[str]:
                 "(",
                 *(INDENT + x for x in env),
                 f'{INDENT}export MAX_JOBS="${{MAX_JOBS:-$(kiln_jobs {e.memory_per_job_gib})}}"',
-                f"{INDENT}" + _install(f"{flag}-c {CONSTRAINTS} {_extension_target(e, sources)}"),
+                f"{INDENT}" + _install(f"{flag}{_constraints(plan)} {_extension_target(e, sources)}", plan),
                 ")",
             ]
     for e in prebuilt:
         assert e.prebuilt is not None
         lines += [
             _comment(f"{e.name}: the prebuilt wheel that matches this torch, CUDA, Python and C++ ABI exactly"),
-            _install(f"-c {CONSTRAINTS} {_q(e.prebuilt, f'extension {e.name}')}"),
+            _install(f"{_constraints(plan)} {_q(e.prebuilt, f'extension {e.name}')}", plan),
         ]
     tools = _build_tools(plan) if purge else []
     if tools:
@@ -531,6 +574,16 @@ def post_app(plan: BuildPlan) -> list[str]:
 def section_post(plan: BuildPlan) -> list[str]:
     if two_stage(plan):  # the venv comes from the builder stage: OS packages and the app only
         stages = [post_os(plan, compilers=False), post_app(plan)]
+    elif plan.torch.image is not None:  # the base image's own torch: no venv, no torch stage
+        stages = [
+            post_os(plan),
+            post_sources(),
+            post_image_torch(plan, after=False),
+            post_packages(plan),
+            post_extensions(plan),
+            post_image_torch(plan, after=True),
+            post_app(plan),
+        ]
     else:
         stages = [
             post_os(plan),
@@ -579,14 +632,6 @@ def section_test(plan: BuildPlan) -> list[str]:
 
 def render_apptainer(plan: BuildPlan, options: ApptainerOptions | None = None) -> str:
     """The whole definition file for a plan."""
-    if plan.torch.image is not None:
-        from torchkiln.errors import OutputError
-
-        raise OutputError(
-            "Apptainer output is not made yet for [torch] source = \"image\" (a torch that the base image brings).",
-            hint="Build the image with docker or podman (`kiln build SPEC`), then convert it with `kiln export IMAGE "
-            "--format sif`; or use [torch] source = \"wheel\" for an Apptainer build.",
-        )
     options = options or ApptainerOptions()
     staged = two_stage(plan)
     blocks = [

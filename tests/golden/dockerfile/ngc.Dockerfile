@@ -46,7 +46,6 @@ LABEL org.opencontainers.image.title="torchkiln/example-ngc" \
       io.torchkiln.ngc="25.12" \
       io.torchkiln.cuda="13.1" \
       io.torchkiln.arch-list="9.0;10.0+PTX" \
-      io.torchkiln.wheel-arch-list="" \
       io.torchkiln.targets="H100=9.0,B200=10.0" \
       io.torchkiln.min-driver="580.65.06"
 WORKDIR /workspace
@@ -71,7 +70,6 @@ LABEL org.opencontainers.image.title="torchkiln/example-ngc" \
       io.torchkiln.ngc="25.12" \
       io.torchkiln.cuda="13.1" \
       io.torchkiln.arch-list="9.0;10.0+PTX" \
-      io.torchkiln.wheel-arch-list="" \
       io.torchkiln.targets="H100=9.0,B200=10.0" \
       io.torchkiln.min-driver="580.65.06"
 WORKDIR /workspace
