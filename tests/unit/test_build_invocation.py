@@ -282,3 +282,25 @@ def test_the_classic_builders_inline_cache_is_pushed_after_the_build(tmp_path: P
     engine = FakeEngine(ENGINES["docker-buildx"].info)
     execute(_invocation(tmp_path, engine, cache_to=CACHE), engine)
     assert [c for c in engine.calls if c[0] == "push"] == []
+
+
+def test_a_locked_digest_that_is_gone_is_a_lock_error(tmp_path: Path) -> None:
+    from torchkiln.errors import ExitCode, LockError
+
+    @dataclass
+    class Gone(FakeEngine):
+        def image_exists(self, image: str) -> bool:
+            self.calls.append(("exists", image))
+            return False
+
+        def pull(self, image: str, *, timeout: float | None = 120) -> bool:
+            self.calls.append(("pull", image))
+            return False
+
+    engine = Gone(ENGINES["docker-classic"].info)
+    inv = dataclasses.replace(_invocation(tmp_path, engine, "docker-classic"),
+                              base_image="127.0.0.1:5000/kiln-test/base@sha256:" + "0" * 64, lock="/x/cpu.lock")
+    with pytest.raises(LockError, match="pinned by /x/cpu.lock is neither") as info:
+        execute(inv, engine)
+    assert info.value.exit_code == ExitCode.LOCK and "--upgrade" in info.value.hint
+    assert [k for k, _ in engine.calls] == ["exists", "pull"]  # nothing built

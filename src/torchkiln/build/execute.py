@@ -154,6 +154,18 @@ def ensure_base(engine: Engine, base: str, python: str, python_source: str,
     _check_base_python(base, details.labels, python, python_source)
 
 
+def ensure_locked_digest(engine: Engine, base: str, lock: str) -> None:
+    """The base digest a lock pins must still be local or pullable (registries delete old digests)."""
+    if engine.image_exists(base) or engine.pull(base):
+        return
+    raise LockError(
+        f"the base image {base} pinned by {lock} is neither in {engine.info.name}'s store nor in its registry "
+        "any more (or the registry cannot be reached).",
+        hint="Check that the registry is reachable and logged in; if the digest was deleted there, lock the base's "
+             "current digest with `kiln lock SPEC --upgrade` and commit the lock.",
+    )
+
+
 def check_locked_base(engine: Engine, base: str, base_id: str, lock: str) -> None:
     """A locked build FROM a base that only the local store has: it must be the image the lock saw."""
     found = engine.inspect_image(base).id
@@ -213,6 +225,8 @@ def execute(
     if inv.apptainer is not None:
         ensure_sif_base(engine, inv.apptainer, inv.python, inv.python_source, inv.base_image)
     else:
+        if inv.lock is not None and "@sha256:" in inv.base_image:
+            ensure_locked_digest(engine, inv.base_image, inv.lock)
         ensure_base(engine, inv.base_image, inv.python, inv.python_source, inv.platform)
         if inv.base_id is not None:
             check_locked_base(engine, inv.base_image, inv.base_id, inv.lock or "kiln.lock")
