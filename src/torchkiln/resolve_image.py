@@ -52,7 +52,12 @@ def _version_matches(asked: str, have: str) -> bool:
     return v == exact or (not exact.local and Version(v.public) == exact)
 
 
-def _fixes(spec: Spec, kb: Knowledge, facts: ImageFacts, ideas: list[tuple[str, dict[str, Any]]]) -> tuple[str, tuple]:
+Patch = dict[str, Any]
+
+
+def _fixes(
+    spec: Spec, kb: Knowledge, facts: ImageFacts, ideas: list[tuple[str, Patch]]
+) -> tuple[str, tuple[Patch, ...]]:
     """The ideas that resolve when applied (against the same image facts, or kiln's own torch)."""
     from torchkiln import resolve as base
 
@@ -84,7 +89,9 @@ def _own_torch_idea(spec: Spec) -> tuple[str, dict[str, Any]]:
             {"torch": {"source": "wheel", "version": ""}, "base": {"image": ""}})
 
 
-def _facts(spec: Spec, kb: Knowledge, facts: ImageFacts | None, warnings: list[str]) -> tuple[ImageFacts, NgcRelease | None]:
+def _facts(
+    spec: Spec, kb: Knowledge, facts: ImageFacts | None, warnings: list[str]
+) -> tuple[ImageFacts, NgcRelease | None]:
     from torchkiln.images.facts import cross_check, facts_from_ngc_row, ngc_row_for
 
     image = spec.base.image
@@ -136,7 +143,8 @@ def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None) -> BuildP
     problems: list[str] = []
     ideas: list[tuple[str, dict[str, Any]]] = []
     if spec.torch.version and not _version_matches(spec.torch.version, facts.torch_version):
-        problems.append(f"{image} brings torch {facts.torch_version}, but [torch] version asks for {spec.torch.version}")
+        problems.append(
+            f"{image} brings torch {facts.torch_version}, but [torch] version asks for {spec.torch.version}")
         ideas.append((f'[torch] version = "{facts.torch_version}" (or no version: the image decides)',
                       {"torch": {"version": facts.torch_version}}))
     cuda = facts.torch_cuda

@@ -24,12 +24,11 @@ from typing import Any
 
 import pytest
 
+from standin import build_standin
 from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.engines import Engine
 from torchkiln.errors import BuildError
 from torchkiln.images.facts import read_image_facts
-
-from standin import build_standin
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

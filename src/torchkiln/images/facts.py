@@ -241,15 +241,18 @@ def facts_from_files(
 ) -> ImageFacts:
     """The facts from what :func:`collect` kept; raises InputError when the image has no torch."""
     config = config or {}
-    cfg = config.get("config") if isinstance(config.get("config"), dict) else {}
-    env_list = cfg.get("Env") if isinstance(cfg.get("Env"), list) else []
+    raw_cfg = config.get("config")
+    cfg: dict[str, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
+    raw_env = cfg.get("Env")
+    env_list: list[Any] = raw_env if isinstance(raw_env, list) else []
     env: dict[str, str] = {}
     for item in env_list:
         if isinstance(item, str) and "=" in item:
             k, v = item.split("=", 1)
             if k in ENV_KEYS:
                 env[k] = v
-    raw_labels = cfg.get("Labels") if isinstance(cfg.get("Labels"), dict) else {}
+    got_labels = cfg.get("Labels")
+    raw_labels: dict[Any, Any] = got_labels if isinstance(got_labels, dict) else {}
     labels = {str(k): str(v) for k, v in raw_labels.items() if str(k).startswith(LABEL_PREFIXES)}
     arch = config.get("architecture") if isinstance(config.get("architecture"), str) else ""
     platform = f"linux/{arch}" if arch else ""
@@ -491,7 +494,7 @@ def merge(parts: Iterable[LayerPart]) -> Collected:
             # hides everything lower layers put under it: both apply to the layers below only
             for store in (got.files, got.fatbins, got.links):
                 for p in [p for p in store if _under(p, path) and (kind == "file" or p != path)]:
-                    del store[p]  # type: ignore[attr-defined]
+                    del store[p]
             got.present -= {p for p in got.present if _under(p, path) and (kind == "file" or p != path)}
         for p in part.present:
             got.files.pop(p, None)

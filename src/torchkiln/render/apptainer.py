@@ -37,8 +37,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from torchkiln import __version__
 from torchkiln.contract import (

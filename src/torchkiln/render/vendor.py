@@ -90,7 +90,7 @@ def stage_extensions(plan: BuildPlan) -> list[str]:
     what = f"the image's own nvcc (CUDA {tc.cuda})" if tc is not None and tc.cuda else "the host C++ compiler"
     lines = [
         f"# extensions: each built into a wheel against the image's torch with {what}, without build",
-        "# isolation, for TORCH_CUDA_ARCH_LIST from the targets; wheels cached by (package, torch, CUDA, Python, archs)",
+        "# isolation, for TORCH_CUDA_ARCH_LIST from the targets; wheels cached by package, torch, CUDA, Python, archs",
         "FROM base AS extensions",
         "ARG MAX_JOBS",
     ]
