@@ -153,3 +153,45 @@ def test_a_package_that_wants_another_torch_is_refused(docker_engine: Engine, st
     assert "needs-new-torch 1.0 needs torch==2.14.1" in msg, msg
     assert "torch" in (e.value.hint or "") and "constraint" in (e.value.hint or "")
     assert not docker_engine.image_exists(tag)
+
+
+FAKE_CUDA = "kiln-test/ngc-standin:fake-cu130"
+FIXTURE_SO = Path(__file__).parents[1] / "fixtures" / "fatbin" / "multi.so"
+
+
+def test_targets_are_checked_against_the_arch_list_read_from_the_image(
+    docker_engine: Engine, offline_base: str, stable_context: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small image whose torch/lib/libtorch_cuda.so is a real nvcc-built library (sm_75, sm_80, sm_90,
+    sm_90a, compute_90): a V100 target fails at resolve time naming those, A100 + H100 pass."""
+    from torchkiln.errors import ResolveError
+    from torchkiln.load import engine_facts, load_plan
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    ctx = stable_context("fake-cu130")
+    ctx.mkdir(parents=True, exist_ok=True)
+    (ctx / "libtorch_cuda.so").write_bytes(FIXTURE_SO.read_bytes())
+    (ctx / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\ngit_version = 'abc'\n")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {offline_base}\n"
+        f"COPY version.py {SITE}/torch/version.py\n"
+        f"COPY libtorch_cuda.so {SITE}/torch/lib/libtorch_cuda.so\n"
+        "ENV NVIDIA_PYTORCH_VERSION=25.10\n")
+    docker_engine.runner.run([docker_engine.info.binary, "build", "-q", "-t", FAKE_CUDA, str(ctx)],
+                             what=f"build {FAKE_CUDA}", env={"DOCKER_BUILDKIT": "1"})
+    try:
+        spec = tmp_path / "kiln.toml"
+        spec.write_text(f'[image]\nname = "acme/t"\n\n[base]\nimage = "{FAKE_CUDA}"\n\n[torch]\nsource = "image"\n\n'
+                        '[gpu]\ntargets = ["V100", "H100"]\n')
+        with pytest.raises(ResolveError) as e:
+            load_plan(spec, facts=engine_facts(docker_engine))
+        assert (f"has no kernel image for V100 (compute capability 7.0): its {SITE}/torch/lib/libtorch_cuda.so "
+                "carries sm_75 sm_80 sm_90 sm_90a compute_90 (read from the image)") in e.value.message
+        assert {"gpu": {"targets": ["H100"]}} in e.value.fixes
+        spec.write_text(spec.read_text().replace('["V100", "H100"]', '["A100", "H100"]'))
+        _spec, plan, _ = load_plan(spec, facts=engine_facts(docker_engine))
+        assert [t.covered for t in plan.targets] == [True, True]
+        assert plan.torch.cuda == "13.0" and plan.torch.wheel_arch_list == "7.5;8.0;9.0+PTX"
+        assert any("NGC 25.10 row" in w and "torch 2.14.1+cu130" in w for w in plan.warnings)  # the cross-check
+    finally:
+        docker_engine.remove_image(FAKE_CUDA)
