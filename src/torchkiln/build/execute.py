@@ -348,9 +348,12 @@ def record_sbom(engine: Engine, inv: BuildInvocation, image_id: str) -> str | No
     import json
 
     r = engine.run(inv.image, ["/opt/venv/bin/python", "-c", SBOM_SCRIPT], check=False, entrypoint="")
-    if r.returncode != 0:
+    try:
+        dists = json.loads(r.stdout) if r.returncode == 0 else None
+    except ValueError:  # something in the image printed more than the script's JSON
+        dists = None
+    if not isinstance(dists, list):
         return None
-    dists = json.loads(r.stdout)
     locked: dict[tuple[str, str], list[str]] | None = None
     if inv.lock is not None:
         from packaging.utils import canonicalize_name
