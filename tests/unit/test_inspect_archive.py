@@ -499,3 +499,12 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         view = view[os.write(fd, view):]
     os.close(fd)
+
+
+def test_progress_names_the_layer_and_the_megabytes(tmp_path: Path) -> None:
+    path = docker_archive(tmp_path / "img.tar", sample_layers())
+    seen: list[str] = []
+    inspect_path(path, TARGETS, progress=seen.append)
+    assert seen and all(" MB; layer " in s for s in seen)
+    layers = len(sample_layers())
+    assert any(f"layer {layers}/{layers}:" in s for s in seen)

@@ -86,7 +86,7 @@ class Member:
         if self._view is not None:
             return self._view.pread(0, n)
         if self._file is not None:
-            if len(self._head) < n:
+            if len(self._head) < min(n, self.size):  # not read ahead (or not far enough)
                 with self._open_file() as f:
                     self._head = f.pread(0, n)
             return self._head[:n]

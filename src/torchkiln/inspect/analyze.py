@@ -456,6 +456,7 @@ class Meter:
         self._last = 0.0
 
     def start_layer(self, index: int, count: int, what: str) -> None:
+        what = " ".join(what.split())
         what = what if len(what) <= 60 else what[:57] + "..."
         self.layer = f"layer {index + 1}{f'/{count}' if count else ''}: {what}"
         self._emit()
