@@ -266,3 +266,5 @@ def test_remote_reasons_and_tags() -> None:
         "torchkiln/example-cpu:latest",)
     assert _tags_for("kiln-base:bookworm", ("localhost/kiln-base:bookworm",)) == ("localhost/kiln-base:bookworm",)
     assert _tags_for("sha256:abc", ("x:1",)) == ()
+    assert _tags_for("app:1", ("someone/app:1", "app:1")) == ("app:1",)
+    assert _tags_for("docker.io/library/ubuntu:22.04", ("ubuntu:22.04",)) == ("ubuntu:22.04",)

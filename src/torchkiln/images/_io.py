@@ -363,10 +363,19 @@ class MemoryFile(io.RawIOBase):
     """A read-only seekable file over bytes in memory, with ``pread`` (what the ELF readers use):
     a streamed member's content, read into one buffer once, is never copied again."""
 
-    def __init__(self, data: bytearray | bytes) -> None:
+    #: ids of the buffers an open MemoryFile reads (a buffer reused for the next member must not be)
+    _open: dict[int, int] = {}
+
+    def __init__(self, data: bytearray | bytes | memoryview) -> None:
         super().__init__()
-        self._data = memoryview(data)
+        self._data = memoryview(data).cast("B")
+        self._key = id(data.obj) if isinstance(data, memoryview) else id(data)
+        MemoryFile._open[self._key] = MemoryFile._open.get(self._key, 0) + 1
         self._pos = 0
+
+    @staticmethod
+    def in_use(buffer: object) -> bool:
+        return MemoryFile._open.get(id(buffer), 0) > 0
 
     def readable(self) -> bool:
         return True
@@ -399,5 +408,11 @@ class MemoryFile(io.RawIOBase):
         return len(data)
 
     def close(self) -> None:
-        self._data.release()
+        if not self.closed:
+            left = MemoryFile._open.get(self._key, 1) - 1
+            if left > 0:
+                MemoryFile._open[self._key] = left
+            else:
+                MemoryFile._open.pop(self._key, None)
+            self._data.release()
         super().close()

@@ -32,8 +32,10 @@ Whiteout = Literal["file", "opaque"]
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_WHITEOUT = ".wh..wh..opq"
-#: members bigger than this spill from memory to a temporary file when a layer is streamed
-SPOOL_MEMORY = 256 << 20
+#: a streamed member read at random (an ELF file) is held in memory up to this size, beyond it in a
+#: deleted temporary file: the biggest library of a CUDA torch image (cuBLASLt, 542 MB in the cu130
+#: example) fits, so an export read from a pipe writes nothing to disk
+SPOOL_MEMORY = 1 << 30
 
 
 def norm_path(name: str) -> str:
@@ -108,14 +110,14 @@ class Member:
 
     def open_random(self) -> IO[bytes]:
         """A seekable file object over the content (the caller closes it): a view, the file itself,
-        or, for a streamed layer, the content read once into memory (up to 256 MiB; beyond, into a
-        deleted temporary file)."""
+        or, for a streamed layer, the content read once into memory (up to ``SPOOL_MEMORY``; beyond,
+        into a deleted temporary file)."""
         if self._view is not None:
             return self._view.sub(0, self._view.size)  # type: ignore[return-value]
         if self._file is not None:
             return self._open_file()  # type: ignore[return-value]
         if self.size <= SPOOL_MEMORY:
-            return MemoryFile(self._take(self.size))  # type: ignore[return-value]
+            return MemoryFile(self._take(self.size, _scratch(self._fwd, self.size)))  # type: ignore[return-value]
         spool = tempfile.TemporaryFile()  # noqa: SIM115 - caller closes
         chunk = bytearray(8 << 20)
         left = self.size
@@ -128,14 +130,14 @@ class Member:
         spool.seek(0)
         return spool
 
-    def _take(self, n: int, into: bytearray | None = None) -> memoryview | bytearray:
+    def _take(self, n: int, into: bytearray | memoryview | None = None) -> memoryview | bytearray:
         """The next ``n`` bytes of a streamed member's content (consumed: read once, in order)."""
         if self._fwd is None or n <= 0:
             return bytearray()
         if self._fwd.tell() != self._at:
             raise InputError(f"/{self.path} was read after the layer moved past it (a bug: please report it).")
         buf = into if into is not None else bytearray(n)
-        view = memoryview(buf)[:n]
+        view = memoryview(buf).cast("B")[:n]
         got = self._fwd.readinto(view)
         self._at += got
         if got < n:
@@ -150,6 +152,23 @@ class Member:
         except OSError as e:
             raise InputError(f"cannot read /{self.path} in the engine's storage ({e.strerror}).") from None
         return RangeFile(fd, 0, os.fstat(fd).st_size, self._stats, owns_fd=True)
+
+
+def _scratch(reader: Any, size: int) -> bytearray | memoryview:
+    """A buffer of ``size`` bytes for one streamed member, reused across the members of a stream
+    (one big library after another would each fault in fresh pages otherwise); a fresh one while
+    the last is still held open."""
+    held = getattr(reader, "_kiln_scratch", None)
+    if held is not None and not MemoryFile.in_use(held):
+        if len(held) < size:
+            held = bytearray(size)
+            reader._kiln_scratch = held
+        return memoryview(held)[:size]
+    if held is None:
+        held = bytearray(size)
+        reader._kiln_scratch = held
+        return memoryview(held)[:size]
+    return bytearray(size)
 
 
 def member_of(ti: tarfile.TarInfo) -> Member:

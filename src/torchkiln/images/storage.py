@@ -138,9 +138,12 @@ def _tags_for(name: str, repo_tags: tuple[str, ...]) -> tuple[str, ...]:
     """The tag ``engine save NAME`` writes into its archive: the image's tag that ``name`` names."""
     last = name.rsplit("/", 1)[-1]
     wanted = [name] if ":" in last or "@" in name else [name, f"{name}:latest"]
-    for w in wanted:
+    for t in repo_tags:  # the tag as written first: "app:1" is not "someone/app:1"
+        if t in wanted:
+            return (t,)
+    for w in wanted:  # then as the engine normalises names (localhost/…, docker.io/library/…)
         for t in repo_tags:
-            if t == w or t.endswith("/" + w) or w.endswith("/" + t):
+            if t.endswith("/" + w) or w.endswith("/" + t):
                 return (t,)
     return ()
 
