@@ -38,7 +38,7 @@ from pathlib import Path
 
 from torchkiln.errors import InputError
 from torchkiln.images._io import IOStats
-from torchkiln.images.layers import Member, MemberType, whiteout_of
+from torchkiln.images.layers import Member, whiteout_of
 from torchkiln.images.meta import ImageMeta, LayerRef, config_of, history_for_layers
 
 #: the extended attributes overlayfs reads as "this folder hides the lower layers' contents"
@@ -266,6 +266,5 @@ def _walk(abs_dir: str, rel_dir: str, seen: dict[tuple[int, int], str], stats: I
             yield Member(rel, "file", st.st_size, perm, _file=e.path, _stats=stats)
         elif stat.S_ISLNK(mode):
             yield Member(rel, "symlink", 0, perm, linkname=os.readlink(e.path))
-        else:
-            mtype: MemberType = "other"
-            yield Member(rel, mtype, 0, perm)
+        else:  # a device, a FIFO, a socket
+            yield Member(rel, "other", 0, perm)
