@@ -156,7 +156,8 @@ def test_arm64_cpu_image_builds_and_runs_under_emulation(
         # one emulated run (importing torch under qemu takes a minute or more on two busy cores)
         r = docker_engine.run(
             summary.image,
-            ["python", "-c", "import torch, platform; print(platform.machine(), torch.__version__, torch.version.cuda)"],
+            ["python", "-c",
+             "import torch, platform; print(platform.machine(), torch.__version__, torch.version.cuda)"],
             check=False,
         )
         assert r.returncode == 0, r.output

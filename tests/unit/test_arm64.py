@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 import tarfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest

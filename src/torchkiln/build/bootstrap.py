@@ -403,18 +403,18 @@ def bootstrap(
             f"{BASE_LABEL_PREFIX}.platform": platform,
         }
         env = ("LANG=C.UTF-8", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        cmd = ("/bin/bash",)
+        entry = ("/bin/bash",)
         if platform == host_platform():
             changes = [
                 *(f"ENV {e}" for e in env),
-                "CMD " + json.dumps(list(cmd)),
+                "CMD " + json.dumps(list(entry)),
                 *(f'LABEL {k}="{v}"' for k, v in labels.items()),
             ]
             store.import_tar(tarball, image, changes=changes)
         else:
             # `docker import --platform` records the platform on experimental daemons only: write the
             # image (config with its architecture, the tar as its layer) and load it instead
-            archive = write_docker_archive(tarball, Path(tmp) / "image.tar", image, platform, env=env, cmd=cmd,
+            archive = write_docker_archive(tarball, Path(tmp) / "image.tar", image, platform, env=env, cmd=entry,
                                            labels=labels, comment=f"kiln base bootstrap ({request.suite}, {platform})")
             tarball.unlink()
             store.load(archive)

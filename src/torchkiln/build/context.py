@@ -233,7 +233,8 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
     if clash:
         raise SpecError(f"{clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
-    copies = {".kiln/bin/uv": uv_binary(plan.platform), **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
+    copies = {".kiln/bin/uv": uv_binary(plan.platform),
+              **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
               **{item: spec_dir / item for item in local if item is not None}}
     return ContextFiles(texts, copies)
 

@@ -147,9 +147,10 @@ def ensure_base(engine: Engine, base: str, python: str, python_source: str,
         flag = "" if platform == "linux/amd64" else f" --platform {platform}"
         raise InputError(
             f"the base image {base} is {details.platform}, but the plan builds a {platform} image.",
-            hint=(f"Use a {platform} base: `kiln base bootstrap{flag}` makes {base_for_platform('kiln-base:bookworm', platform)}"
-                  f" (kiln-base tags are picked per platform), or pull the image for it (`{engine.info.name} pull "
-                  f"--platform {platform} {base}`). Or set [image] platform to {details.platform}."),
+            hint=(f"Use a {platform} base: `kiln base bootstrap{flag}` makes "
+                  f"{base_for_platform('kiln-base:bookworm', platform)} (kiln-base tags are picked per platform), "
+                  f"or pull the image for it (`{engine.info.name} pull --platform {platform} {base}`). Or set "
+                  f"[image] platform to {details.platform}."),
         )
     _check_base_python(base, details.labels, python, python_source)
 

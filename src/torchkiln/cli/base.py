@@ -44,7 +44,8 @@ def bootstrap_cmd(
     ] = None,
     tag: Annotated[
         str | None,
-        typer.Option("--tag", "-t", help="Image reference (default: kiln-base:SUITE, kiln-base:SUITE-arm64 for arm64)."),
+        typer.Option("--tag", "-t",
+                     help="Image reference (default: kiln-base:SUITE, kiln-base:SUITE-arm64 for arm64)."),
     ] = None,
     platform: Annotated[
         Platform,
