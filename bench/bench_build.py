@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the same workload four ways in one run and compare them.
+"""Build the same workload five ways in one run, against the machine's floor, and compare them.
 
 Approaches (all on the same engine, the same offline Debian bookworm base and the same package
 sources, in one run so that machine load affects them alike):
@@ -8,7 +8,18 @@ sources, in one run so that machine load affects them alike):
 - ``naive``: one stage, the app copied first, ``pip install`` leaving pip's cache in the layer;
 - ``twostage``: a conventional two-stage Dockerfile (``pip install --prefix`` in a builder with a
   pip cache mount, the result copied into a runtime stage, the app copied last);
-- ``hpccm``: an hpc-container-maker recipe (``bench/hpccm_recipe.py``) rendered to a Dockerfile.
+- ``hpccm``: an hpc-container-maker recipe (``bench/hpccm_recipe.py``) rendered to a Dockerfile;
+- ``uvexpert``: the Dockerfile an expert writes today from uv's Docker integration guide
+  (https://docs.astral.sh/uv/guides/integration/docker/, the guide as of uv 0.13.x; uv 0.13.9 used
+  here): uv mounted only while it runs ("Using uv temporarily"), a cache mount with
+  ``UV_LINK_MODE=copy`` ("Caching"), ``UV_COMPILE_BYTECODE=1`` ("Compiling bytecode"), the pip
+  interface into ``/opt/venv`` ("Using the pip interface"), a builder stage whose venv is copied
+  into the final stage ("Non-editable installs": copy the environment, not the source), app last
+  ("Intermediate layers"). Its package sources reach uv as configuration: a ``uv.toml`` passed as a
+  build secret and mounted at ``/etc/uv/uv.toml`` (uv's system configuration file);
+- ``floor`` (``bench/floor.py``): no engine at all, the unavoidable work of this machine: unpack the
+  same wheels, write the ``.pyc`` a container needs, tar + sha256 the tree once. Every approach is
+  reported as a multiple of it.
 
 Scenarios: cold build (no layer cache, empty package caches), rebuild after editing one app file,
 rebuild after adding one small pip package, image size against its floor (base image + installed
@@ -50,13 +61,22 @@ from torchkiln.build.bootstrap import BaseRequest, bootstrap
 from torchkiln.engines import Engine, get_engine
 from torchkiln.engines.engine import BuildOutcome
 from torchkiln.errors import KilnError
-from torchkiln.build.context import write_context
+from torchkiln.build.context import find_uv, write_context
 from torchkiln.load import load_plan
 from torchkiln.runner import Runner
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import floor  # noqa: E402  (bench/floor.py, beside this script)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-APPROACHES = ("torchkiln", "naive", "twostage", "hpccm")
+APPROACHES = ("floor", "torchkiln", "torchkiln-before", "uvexpert", "naive", "twostage", "hpccm")
+#: ``torchkiln-before``: the Dockerfile the renderer made before issue 17's changes (main at d83074b, the
+#: golden file of examples/cpu.toml kept in bench/baselines/), built from the same context as ``torchkiln``
+#: so that before and after are measured in one run
+BEFORE = ROOT / "bench" / "baselines" / "torchkiln-d83074b.{workload}.Dockerfile"
+#: the approaches that build an image (the floor builds none)
+IMAGES = tuple(a for a in APPROACHES if a != "floor")
 
 
 @dataclass(frozen=True)
@@ -121,12 +141,40 @@ def hpccm_dockerfile(base: str, requirements: Path, app: list[str]) -> str:
     return re.sub(r"^RUN pip3 ", f"RUN {PIP_MOUNTS} pip3 ", text, flags=re.M)
 
 
+def uvexpert_dockerfile(base: str, app: list[str], app_cmd: list[str], cache_id: str, ca: bool) -> str:
+    """uv's Docker guide, pip interface (the workload is a requirements list, not a uv project)."""
+    copies = "\n".join(f"COPY {p} /workspace/{p}" for p in app)
+    cert = "SSL_CERT_FILE=/run/secrets/kiln-ca " if ca else ""
+    return f"""\
+FROM {base} AS builder
+ENV UV_LINK_MODE=copy \\
+    UV_COMPILE_BYTECODE=1 \\
+    UV_PYTHON_DOWNLOADS=never
+RUN --mount=type=bind,source=uv,target=/bin/uv \\
+    uv venv /opt/venv
+RUN --mount=type=cache,id={cache_id}-uv,target=/root/.cache/uv \\
+    --mount=type=bind,source=uv,target=/bin/uv \\
+    --mount=type=bind,source=requirements.txt,target=/tmp/requirements.txt \\
+    --mount=type=secret,id=uv-conf,target=/etc/uv/uv.toml \\
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \\
+    {cert}uv pip install --python /opt/venv/bin/python -r /tmp/requirements.txt
+
+FROM {base}
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \\
+    VIRTUAL_ENV=/opt/venv
+WORKDIR /workspace
+{copies}
+CMD {json.dumps(app_cmd)}
+"""
+
+
 # -- package sources for pip ---------------------------------------------------------------------------
 
 
 @contextmanager
 def pip_sources(sources: src.Sources, ca: Path | None) -> Iterator[dict[str, Path]]:
-    """Serve local folders over HTTP and write a pip.conf; yields the secrets for pip builds."""
+    """Serve local folders over HTTP, write a pip.conf and a uv.toml; yields the secrets for pip and uv builds."""
     servers: dict[Path, src.LocalIndexServer] = {}
 
     def url_for(location: str, *, index: bool) -> str:
@@ -150,10 +198,17 @@ def pip_sources(sources: src.Sources, ca: Path | None) -> Iterator[dict[str, Pat
             lines.append("find-links = " + " ".join(url_for(u, index=False) for u in sources.find_links))
         if ca:
             lines.append("cert = /run/secrets/kiln-ca")
+        uv_toml = src.render_uv_toml(
+            index_url=url_for(sources.index_url, index=True) if sources.index_url else None,
+            extra_index_urls=[url_for(u, index=True) for u in extras],
+            find_links=[url_for(u, index=False) for u in sources.find_links],
+            index_strategy=sources.index_strategy,
+        )
         with tempfile.TemporaryDirectory(prefix="bench-pip-") as tmp:
             conf = Path(tmp) / "pip.conf"
             conf.write_text("\n".join(lines) + "\n")
-            secrets = {"pip-conf": conf}
+            (Path(tmp) / "uv.toml").write_text(uv_toml)
+            secrets = {"pip-conf": conf, "uv-conf": Path(tmp) / "uv.toml"}
             if ca:
                 secrets["kiln-ca"] = ca
             yield secrets
@@ -186,14 +241,16 @@ def site_bytes(engine: Engine, image: str) -> int:
     return int(json.loads(r.stdout.strip().splitlines()[-1])["site_bytes"])
 
 
-def import_times(engine: Engine, image: str, runs: int, env: dict[str, str] | None = None) -> dict[str, float]:
-    imports, walls = [], []
-    for _ in range(runs):
-        start = time.monotonic()
-        r = engine.run(image, ["python3", "-c", IMPORT_SCRIPT], env=env, check=True)
-        walls.append(time.monotonic() - start)
-        imports.append(float(r.stdout.strip().splitlines()[-1]))
-    return {"import_s": statistics.median(imports), "container_s": statistics.median(walls)}
+def import_once(engine: Engine, image: str, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """One fresh container: the time ``import torch`` takes inside it, and the container's wall time."""
+    start = time.monotonic()
+    r = engine.run(image, ["python3", "-c", IMPORT_SCRIPT], env=env, check=True)
+    return float(r.stdout.strip().splitlines()[-1]), time.monotonic() - start
+
+
+def spread(samples: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(samples), 3), "min": round(min(samples), 3),
+            "max": round(max(samples), 3)}
 
 
 def _ratio(a: float, b: float, digits: int = 2) -> float | None:
@@ -261,16 +318,21 @@ class Bench:
         return kiln, pip
 
     # torchkiln: the real renderer and sources; only the uv cache-mount id is made unique to this run
-    def torchkiln_build(self, base: str, tag: str, *, no_cache: bool = False) -> tuple[float, BuildOutcome]:
+    def torchkiln_build(self, base: str, tag: str, *, no_cache: bool = False,
+                        before: bool = False) -> tuple[float, BuildOutcome]:
         _spec, plan, spec_dir = load_plan(self.spec)
         plan = dataclasses.replace(plan, base_image=base)
-        ctx = self.work / f"ctx-torchkiln-{self.round}"  # a new folder: BuildKit has none of it yet
+        name = "torchkiln-before" if before else "torchkiln"
+        ctx = self.work / f"ctx-{name}-{self.round}"  # a new folder: BuildKit has none of it yet
         start = time.monotonic()
         write_context(plan, spec_dir, ctx)
         df = ctx / "Dockerfile"
         text = df.read_text()
+        if before:  # the earlier renderer's text for the same plan: only the base (and the added packages) differ
+            old = BEFORE.with_name(BEFORE.name.format(workload=self.workload.name)).read_text()
+            text = re.sub(r"^FROM \S+ AS base$", f"FROM {base} AS base", old, count=1, flags=re.M)
         for target in ("/root/.cache/uv", "/var/cache/apt", "/var/lib/apt/lists"):
-            cache_id = f"{self.cache_id}{target}"
+            cache_id = f"{self.cache_id}{name}{target}"
             text = text.replace(f"type=cache,target={target}", f"type=cache,id={cache_id},target={target}")
         df.write_text(text)
         with src.prepare(self.sources, ctx) as prepared:
@@ -279,6 +341,19 @@ class Bench:
         self.engine.tag(out.image_id, tag)
         self.built.add(out.image_id)
         return time.monotonic() - start, out
+
+    def floor_inputs(self) -> floor.FloorInputs:
+        """Resolve the workload's wheels from the same sources (local folders read directly), untimed."""
+        _spec, plan, _ = load_plan(self.spec)
+        reqs, _, _ = self.requirements()
+        s = self.sources
+        uv_toml = src.render_uv_toml(
+            index_url=s.index_url,
+            extra_index_urls=[u for u in ((s.torch_index,) if s.torch_index else ()) + s.extra_index_urls],
+            find_links=list(s.find_links),
+            index_strategy=s.index_strategy,
+        )
+        return floor.prepare(reqs, uv_toml, list(plan.precompile), self.work / "floor")
 
     def requirements(self) -> tuple[list[str], list[str], list[str]]:
         _spec, plan, _ = load_plan(self.spec)
@@ -297,6 +372,9 @@ class Bench:
             shutil.copy2(self.spec.parent / p, ctx / p)
         if approach == "naive":
             text = naive_dockerfile(base, cmd)
+        elif approach == "uvexpert":
+            shutil.copy2(find_uv(), ctx / "uv")
+            text = uvexpert_dockerfile(base, app, cmd, self.cache_id, self.ca is not None)
         elif approach == "twostage":
             text = twostage_dockerfile(base, app, cmd, self.cache_id)
         else:
@@ -317,7 +395,7 @@ class Bench:
 
     def edit_app(self) -> None:
         _, app, _ = self.requirements()
-        for root in [self.spec.parent, *(self.work / f"ctx-{a}" for a in APPROACHES if a != "torchkiln")]:
+        for root in [self.spec.parent, *(self.work / f"ctx-{a}" for a in IMAGES if not a.startswith("torchkiln"))]:
             f = root / app[0]
             if f.exists():
                 f.write_text(f.read_text() + f"\n# edited by the benchmark at {time.time()}\n")
@@ -335,7 +413,7 @@ class Bench:
             text += f'\n[packages]\npip = ["{pkg}"]\n'
         self.spec.write_text(text)
         assert pkg in tomllib.loads(text)["packages"]["pip"], "could not add the package to the spec"
-        for a in APPROACHES:
+        for a in IMAGES:
             req = self.work / f"ctx-{a}" / "requirements.txt"
             if req.exists():
                 req.write_text(req.read_text() + pkg + "\n")
@@ -350,24 +428,38 @@ class Bench:
         approaches = [a for a in APPROACHES if a in self.args.approaches.split(",")]
         results = {
             a: Result(a, f"kiln-bench/{self.workload.name}-{a}:latest",
-                      kiln_base if a == "torchkiln" else pip_base)
+                      kiln_base if a in ("torchkiln", "torchkiln-before", "uvexpert") else pip_base)
             for a in approaches
         }
+        images = [a for a in approaches if a != "floor"]
+        floor_in = self.floor_inputs() if "floor" in approaches else None
+        floor_runs: list[dict[str, Any]] = []
         with pip_sources(self.sources, self.ca) as pip_secrets:
 
             def build(a: str, **kw: Any) -> tuple[float, BuildOutcome]:
                 r = results[a]
-                if a == "torchkiln":
-                    return self.torchkiln_build(r.base, r.image, **kw)
+                if a in ("torchkiln", "torchkiln-before"):
+                    return self.torchkiln_build(r.base, r.image, before=a == "torchkiln-before", **kw)
                 return self.baseline_build(a, r.base, r.image, pip_secrets, **kw)
 
-            samples: dict[str, list[tuple[float, BuildOutcome]]] = {a: [] for a in approaches}
+            samples: dict[str, list[tuple[float, BuildOutcome]]] = {a: [] for a in images}
+            order = list(approaches)
             for rnd in range(self.args.repeat):  # rounds alternate the approaches: load hits all alike
                 self.round = rnd
-                for a in approaches:
+                for a in order:
                     log(f"{a}: cold build, round {rnd + 1} of {self.args.repeat}")
-                    samples[a].append(build(a, no_cache=True, **({} if a == "torchkiln" else {"fresh": True})))
-            for a in approaches:
+                    if a == "floor":
+                        assert floor_in is not None
+                        floor_runs.append({**floor.measure(floor_in, self.work), "loadavg": os.getloadavg()[0]})
+                        continue
+                    samples[a].append(build(a, no_cache=True, **({} if a.startswith("torchkiln") else {"fresh": True})))
+                order = order[1:] + order[:1]  # rotate: no approach always runs first (or right after another)
+            if floor_runs:
+                ordered_f = sorted(floor_runs, key=lambda x: x["floor_s"])
+                results["floor"].cold_s = ordered_f[(len(ordered_f) - 1) // 2]["floor_s"]
+                results["floor"].notes["cold_samples_s"] = [f["floor_s"] for f in floor_runs]
+                results["floor"].notes["runs"] = floor_runs
+            for a in images:
                 ordered = sorted(samples[a], key=lambda x: x[0])
                 secs, out = ordered[(len(ordered) - 1) // 2]  # the median build (the lower one of an even count)
                 results[a].cold_s = secs
@@ -375,13 +467,17 @@ class Bench:
                 results[a].notes["cold_export_s"] = sum(s.seconds or 0 for s in out.steps if s.stage == "export")
                 results[a].notes["cold_samples_s"] = [round(x, 3) for x, _ in samples[a]]
             self.edit_app()
-            for a in approaches if "edit" in self.args.scenarios else ():
+            for a in images if "edit" in self.args.scenarios else ():
                 log(f"{a}: rebuild after an app edit")
                 results[a].app_edit_s, out = build(a)
                 results[a].notes["app_edit_rebuilt"] = [s.title for s in out.steps
                                                        if s.is_instruction and s.status == "done"
                                                        and not s.name.startswith("FROM")]
-            for a in approaches:
+            imports: dict[str, list[tuple[float, float]]] = {a: [] for a in images}
+            for _ in range(self.args.import_runs):  # fresh containers, the images alternating
+                for a in images:
+                    imports[a].append(import_once(self.engine, results[a].image))
+            for a in images:
                 r = results[a]
                 log(f"{a}: size and import time")
                 r.size_bytes = self.engine.inspect_image(r.image).size
@@ -391,16 +487,18 @@ class Bench:
                 app_bytes = sum((self.spec.parent / p).stat().st_size for p in app)
                 r.floor_bytes = base_size + installed + app_bytes
                 r.notes.update(base_bytes=base_size, installed_bytes=installed, app_bytes=app_bytes)
-                times = import_times(self.engine, r.image, self.args.import_runs)
-                r.import_s, r.container_s = times["import_s"], times["container_s"]
+                r.import_s = statistics.median(x for x, _ in imports[a])
+                r.container_s = statistics.median(w for _, w in imports[a])
+                r.notes["import_samples_s"] = [round(x, 3) for x, _ in imports[a]]
+                r.notes["import_spread_s"] = spread([x for x, _ in imports[a]])
                 if a == "torchkiln":  # the same image with its bytecode ignored: what it buys
-                    nopyc = import_times(self.engine, r.image, self.args.import_runs,
-                                         env={"PYTHONPYCACHEPREFIX": "/tmp/kiln-bench-nopyc"})
-                    r.notes["import_without_bytecode_s"] = nopyc["import_s"]
+                    nopyc = [import_once(self.engine, r.image, env={"PYTHONPYCACHEPREFIX": "/tmp/kiln-bench-nopyc"})[0]
+                             for _ in range(3)]
+                    r.notes["import_without_bytecode_s"] = round(statistics.median(nopyc), 3)
                     pyc = self.engine.run(r.image, ["sh", "-c", "find /opt/venv -name '*.pyc' | wc -l"], check=True)
                     r.notes["pyc_files"] = int(pyc.stdout.strip().splitlines()[-1])
             self.add_package()
-            for a in approaches if "add" in self.args.scenarios else ():
+            for a in images if "add" in self.args.scenarios else ():
                 log(f"{a}: rebuild after adding {self.workload.extra_package}")
                 results[a].add_package_s, _ = build(a)
         if "torchkiln" in approaches and "edit" in self.args.scenarios and self.args.cli_rebuild:
@@ -425,20 +523,44 @@ class Bench:
 
     def report(self, results: dict[str, Result]) -> dict[str, Any]:
         naive = results.get("naive")
+        fl = results.get("floor")
+        ux = results.get("uvexpert")
         rows = []
-        header = (f"{'approach':<10} {'cold s':>8} {'app edit s':>11} {'add pkg s':>10} {'size MB':>9} "
-                  f"{'over floor':>11} {'import s':>9}")
         print(f"\nworkload {self.workload.name} · {self.engine.info.name} {self.engine.info.server_version} "
-              f"({self.engine.info.builder}) · {os.cpu_count()} CPUs")
-        print(header)
+              f"({self.engine.info.builder}) · {os.cpu_count()} CPUs · load average now "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        print(f"{'approach':<10} {'cold s':>7} {'min-max':>12} {'× floor':>8} {'× uvexpert':>10} {'app edit s':>10} "
+              f"{'add pkg s':>9} {'size MB':>8} {'import s':>8} {'min-max':>11}")
         for r in results.values():
-            print(f"{r.approach:<10} {r.cold_s:8.1f} {r.app_edit_s:11.2f} {r.add_package_s:10.1f} "
-                  f"{r.size_bytes / 1e6:9.0f} {r.overhead_pct:10.1f}% {r.import_s:9.2f}")
+            cs = r.notes.get("cold_samples_s") or [r.cold_s]
+            imp = r.notes.get("import_spread_s")
+            vs_floor = _ratio(r.cold_s, fl.cold_s) if fl else None
+            vs_ux = _ratio(r.cold_s, ux.cold_s) if ux else None
+            r.notes["cold_spread_s"] = spread(cs)
+            imp_range = f"{imp['min']:.2f}-{imp['max']:.2f}" if imp else ""
+            r.notes["cold_x_floor"] = vs_floor
+            r.notes["cold_x_uvexpert"] = vs_ux
+            print(f"{r.approach:<10} {r.cold_s:7.1f} {min(cs):5.1f}-{max(cs):<6.1f} "
+                  f"{'-' if vs_floor is None else f'{vs_floor:.2f}':>8} {'-' if vs_ux is None else f'{vs_ux:.2f}':>10} "
+                  f"{r.app_edit_s:10.2f} {r.add_package_s:9.1f} {r.size_bytes / 1e6:8.0f} {r.import_s:8.2f} "
+                  f"{imp_range:>11}")
             rows.append(r.to_dict())
+        per_round: dict[str, list[float | None]] = {}
+        if fl is not None:
+            fs = fl.notes.get("cold_samples_s", [])
+            print("\nper round, × the floor of the same round:")
+            for r in results.values():
+                if r.approach == "floor":
+                    continue
+                cs = r.notes.get("cold_samples_s", [])
+                per_round[r.approach] = [_ratio(c, f) for c, f in zip(cs, fs)]
+                print(f"  {r.approach:<10} " + "  ".join(f"×{x}" for x in per_round[r.approach]))
         ratios: dict[str, dict[str, float | None]] = {}
         if naive is not None:
             print("\nratios (naive / approach; > 1 means faster or smaller than naive):")
             for r in results.values():
+                if r.approach == "floor":
+                    continue
                 ratios[r.approach] = {
                     "cold": _ratio(naive.cold_s, r.cold_s),
                     "app_edit": _ratio(naive.app_edit_s, r.app_edit_s),
@@ -451,27 +573,33 @@ class Bench:
                 print(f"  {r.approach:<10} cold ×{shown['cold']:<6} app edit ×{shown['app_edit']:<7} "
                       f"add package ×{shown['add_package']:<6} size ×{shown['size']:<6} import ×{shown['import']}")
         targets: dict[str, dict[str, Any]] = {}
-        for name in ("torchkiln",):
-            tk = results.get(name)
-            if tk is None:
-                continue
-            hp, two = results.get("hpccm"), results.get("twostage")
-            targets[name] = {
-                "cold_vs_hpccm": _ratio(hp.cold_s, tk.cold_s) if hp else None,
+        tk = results.get("torchkiln")
+        if tk is not None:
+            anchors = {a: results[a].cold_s for a in ("hpccm", "twostage", "uvexpert") if a in results}
+            fastest = min(anchors, key=anchors.__getitem__) if anchors else None
+            two = results.get("twostage")
+            targets["torchkiln"] = {
+                "fastest_anchor": fastest,
+                "cold_vs_fastest_anchor": _ratio(anchors[fastest], tk.cold_s) if fastest else None,
+                "cold_vs_uvexpert": _ratio(ux.cold_s, tk.cold_s) if ux else None,
+                "cold_x_floor": _ratio(tk.cold_s, fl.cold_s) if fl else None,
                 "app_edit_build_s": round(tk.app_edit_s, 3),
                 "app_edit_kiln_cli_s": tk.notes.get("kiln_build_cli_app_edit_s"),
                 "add_package_vs_twostage": _ratio(two.add_package_s, tk.add_package_s) if two else None,
                 "overhead_pct": round(tk.overhead_pct, 2),
                 "import_vs_naive": _ratio(tk.import_s, naive.import_s, 3) if naive else None,
+                "import_vs_uvexpert": _ratio(tk.import_s, ux.import_s, 3) if ux else None,
                 "import_without_bytecode_s": tk.notes.get("import_without_bytecode_s"),
             }
-            print(f"\ntargets {name}:", json.dumps(targets[name]))
+            print("\ntargets torchkiln:", json.dumps(targets["torchkiln"]))
         return {
             "workload": self.workload.name,
             "engine": self.engine.info.to_dict(),
             "cpus": os.cpu_count(),
             "loadavg_at_end": os.getloadavg(),
+            "repeat": self.args.repeat,
             "results": rows,
+            "cold_x_floor_per_round": per_round,
             "ratios_vs_naive": ratios,
             "targets": targets,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -480,7 +608,7 @@ class Bench:
     def cleanup(self) -> None:
         """Remove the work folder, this run's images and the cache mounts it made (disk is shared)."""
         shutil.rmtree(self.work, ignore_errors=True)
-        for a in APPROACHES:
+        for a in IMAGES:
             self.engine.remove_image(f"kiln-bench/{self.workload.name}-{a}:latest")
         self.engine.remove_image(f"kiln-bench/{self.workload.name}-cli:latest")
         for image_id in self.built:  # earlier builds of a tag, left untagged by the rebuilds
@@ -497,7 +625,8 @@ def main() -> int:
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="cpu")
     p.add_argument("--approaches", default=",".join(APPROACHES))
     p.add_argument("--engine", default="docker")
-    p.add_argument("--import-runs", type=int, default=5)
+    p.add_argument("--import-runs", type=int, default=10,
+                   help="fresh containers per image for the import time (the images alternate)")
     p.add_argument("--repeat", type=int, default=1,
                    help="cold builds per approach, in alternating rounds; the median is reported, every sample kept")
     p.add_argument("--scenarios", default="cold,edit,add",
