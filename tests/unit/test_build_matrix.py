@@ -265,3 +265,35 @@ def test_matrix_options_without_matrix_are_usage_errors(capsys: Any, tmp_path: P
         assert main(["build", str(tmp_path), *extra]) == 2
         err = capsys.readouterr().err
         assert "add --matrix" in err and "Traceback" not in err
+
+
+def test_with_jobs_a_groups_first_cell_finishes_before_its_others_start(tmp_path: Path, monkeypatch: Any) -> None:
+    import threading
+    import time
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    cells, spec_dir = matrix_cells(tmp_path, [["six"], ["idna"], ["attrs"], ["packaging"]])
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    class Slow(FakeDocker):
+        def run_build(self, command: BuildCommand, **kw: Any) -> BuildOutcome:
+            index = next(p.index for p in planned if p.invocation.context == Path(command.argv[-1]))
+            with lock:
+                events.append(("start", index))
+            time.sleep(0.2)
+            with lock:
+                events.append(("end", index))
+            return super().run_build(command, **kw)
+
+    engine = Slow("a")
+    pool = {"a": ReadyBuilder(Builder("a", "host", {}), engine, AMD, "da")}
+    groups = {1: 0, 2: 0, 3: 0, 4: 1}  # cells 1-3 share a torch layer, cell 4 has its own
+    planned = [plan_cell(c, spec_dir, BuildOptions(), engine, emulate_from=None, cwd=tmp_path,
+                         group=groups[c.cell.index], env={}) for c in cells]
+    runs = [CellRun(p, "a") for p in planned]
+    run_cells(runs, pool, MatrixRecord.for_spec(spec_dir / "kiln.toml", "m"), jobs=2)
+    assert all(r.status == "built" for r in runs)
+    order = events.index
+    assert order(("start", 4)) < order(("end", 1))  # another group's first cell runs beside cell 1
+    assert order(("end", 1)) < order(("start", 2)) and order(("end", 1)) < order(("start", 3))
