@@ -233,15 +233,3 @@ def test_kl028_names_no_line_of_the_joined_run_and_says_what_is_open() -> None:
     assert f.line == 2
     assert "line 2" not in f.message
     assert "unexpected end of file" in f.message and "`fi`" in f.message
-
-
-def test_a_cache_on_a_tmpfs_mount_is_not_in_the_layer() -> None:
-    # like the torch stage of CPU plans: uv's cache lives on a tmpfs, so nothing of it is committed
-    text = (
-        "FROM python:3.11-slim-bookworm AS app\n"
-        "RUN --mount=type=tmpfs,target=/tmp \\\n"
-        "    export UV_CACHE_DIR=/tmp/kiln-uv-torch && uv pip install --system numpy==2.1.0\n"
-        "RUN --mount=type=tmpfs,target=/tmp/other UV_CACHE_DIR=/tmp/uv uv pip install --system six==1.16.0\n"
-        "USER 1000\n"
-    )
-    assert [(f.rule, f.line) for f in lint_text(text)] == [("KL002", 4)]

@@ -71,10 +71,6 @@ class Step:
     def cache_targets(self) -> tuple[str, ...]:
         return self.ins.cache_mount_targets()
 
-    def tmpfs_targets(self) -> tuple[str, ...]:
-        """Folders this RUN mounts a tmpfs on: what is written under them never reaches the layer."""
-        return self.ins.tmpfs_mount_targets()
-
 
 @dataclass
 class Context:

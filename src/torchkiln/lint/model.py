@@ -96,9 +96,6 @@ class Instruction:
     def cache_mount_targets(self) -> tuple[str, ...]:
         return tuple(m.target for m in self.mounts if m.type == "cache" and m.target)
 
-    def tmpfs_mount_targets(self) -> tuple[str, ...]:
-        return tuple(m.target for m in self.mounts if m.type == "tmpfs" and m.target)
-
 
 @dataclass(frozen=True)
 class Mount:

@@ -189,11 +189,6 @@ def _same_dir(word: str, path: str) -> bool:
     return bool(w) and (w == path or path.startswith(w + "/"))
 
 
-def _in_tmpfs(step: Step, path: str | None) -> bool:
-    """``path`` lies on a tmpfs this RUN mounts (the mount point or a folder under it)."""
-    return bool(path) and any(_same_dir(t, path.rstrip("/")) for t in step.tmpfs_targets())
-
-
 def _cache_cleared(step: Step, inst: Install) -> bool:
     """A later command of the same RUN empties the tool's cache (`pip cache purge`, `uv cache clean`)."""
     later = False
@@ -215,7 +210,7 @@ def _cache_ok(inst: Install, step: Step) -> bool:
         if inst.has("--no-cache-dir") or _env_has(env, "PIP_NO_CACHE_DIR"):
             return True
         cache_dir = (inst.values("--cache-dir") or (env.get("PIP_CACHE_DIR") or "/root/.cache/pip",))[-1]
-        return _removed_later(step, inst, cache_dir) or _in_tmpfs(step, cache_dir) or any(
+        return _removed_later(step, inst, cache_dir) or any(
             t.rstrip("/").endswith(("/.cache/pip", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
             for t in targets
         )
@@ -223,7 +218,7 @@ def _cache_ok(inst: Install, step: Step) -> bool:
         if inst.has("--no-cache") or _env_has(env, "UV_NO_CACHE"):
             return True
         cache_dir = (inst.values("--cache-dir") or (env.get("UV_CACHE_DIR") or "/root/.cache/uv",))[-1]
-        return _removed_later(step, inst, cache_dir) or _in_tmpfs(step, cache_dir) or any(
+        return _removed_later(step, inst, cache_dir) or any(
             t.rstrip("/").endswith(("/.cache/uv", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
             for t in targets
         )

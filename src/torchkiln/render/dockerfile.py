@@ -31,28 +31,8 @@ UID = 1000
 DEV_TOOLS = ("build-essential", "git", "ninja-build", "ccache", "sudo")
 
 
-#: the torch stage's uv cache for CUDA plans: a folder in the step's own file system, removed in the
-#: same step; CPU plans: a tmpfs mounted on TORCH_TMPFS (see ``torch_cache``)
+#: the torch stage's uv cache: a folder in the stage's own file system, removed in the same step
 TORCH_UV_CACHE = "/tmp/kiln-uv-torch"
-TORCH_TMPFS = "/tmp/kiln-torch-unpack"
-
-
-def torch_cache(plan: BuildPlan) -> tuple[list[str], str, str, list[str]]:
-    """Where the torch step's uv unpacks the wheels: (mounts, cache folder, uv link mode, commands run after freeze).
-
-    CPU plans: a tmpfs, so the unzipped wheels (~0.8 GB for CPU torch) are written to disk once, by
-    uv's copy into the venv, and nothing is left to delete (issue 17, bench/README.md: on the loaded
-    2-core bench machine the step's uv install went from 24-34 s to 15-18 s and the ``rm -rf`` of the
-    on-disk cache, 3-5 s there, is gone). CUDA plans unzip 3-6 GB, more than a
-    tmpfs (half the builder's memory by default) can be trusted to hold on a small machine: they
-    keep the cache in the step's file system, hard-link from it and remove it in the same step.
-    """
-    if plan.torch.cuda:
-        return [], TORCH_UV_CACHE, "hardlink", [f"rm -rf {TORCH_UV_CACHE}"]
-    # the tmpfs is mounted on a folder of its own: Docker 20.10's BuildKit leaves the empty mount point
-    # in the layer, podman removes it; a tmpfs over all of /tmp would leave nothing with BuildKit, but
-    # podman 4.3 (buildah) deletes a tmpfs mount's target after the step, /tmp included
-    return [f"type=tmpfs,target={TORCH_TMPFS}"], TORCH_TMPFS, "copy", []
 
 
 def header(plan: BuildPlan) -> list[str]:
@@ -107,39 +87,26 @@ def stage_torch(plan: BuildPlan) -> list[str]:
     py = f"{VENV}/bin/python"
     built = plan.torch.build is not None  # torch compiled in the torch-build stage: install that wheel
     wheel = f" {ext.torch_wheel_requirement()}" if built else ""
-    cache_mounts, cache_dir, link_mode, cleanup = torch_cache(plan)
-    bytecode = [
-        "# Bytecode: unless [python] precompile says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one",
-        "# import at build time writes the .pyc files of the modules it loads (torch, its companions and the",
-        "# modules [python] precompile lists)",
-    ]
-    where = (
-        ["# Files are written to disk once: uv unpacks the wheels into a tmpfs and copies them into the venv (a cache",
-         "# mount would mean a second copy on disk; this layer is rebuilt only when the base, Python or torch changes).",
-         *bytecode]
-        if cache_mounts else
-        ["# Files are written once: uv unpacks the wheels into a cache in this step's own file system, hard-links",
-         "# them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this",
-         "# layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile",
-         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
-         "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)"]
-    )
     return [
         "# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own.",
-        *where,
+        "# Files are written once: uv unpacks the wheels into a cache in this step's own file system, hard-links",
+        "# them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this",
+        "# layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile",
+        "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
+        "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)",
         "FROM base AS torch",
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
-             *([ext.torch_wheel_mount()] if built else []), *cache_mounts],
+             *([ext.torch_wheel_mount()] if built else [])],
             [
                 ". /kiln/sources.sh",
-                f"export UV_CACHE_DIR={cache_dir} UV_LINK_MODE={link_mode}"
+                f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
                 f" UV_COMPILE_BYTECODE={1 if plan.bytecode == 'all' else 0}",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
                 f"{UV} pip install --python {py}{wheel}{require_hashes(plan)} -r /kiln/requirements-torch.txt",
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
-                *cleanup,
+                f"rm -rf {TORCH_UV_CACHE}",
                 warm_import(plan),
             ],
         ),

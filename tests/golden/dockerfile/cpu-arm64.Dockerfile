@@ -10,11 +10,11 @@ ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
 
 # torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own.
-# Files are written to disk once: uv unpacks the wheels into a tmpfs and copies them into the venv (a cache
-# mount would mean a second copy on disk; this layer is rebuilt only when the base, Python or torch changes).
-# Bytecode: unless [python] precompile says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one
-# import at build time writes the .pyc files of the modules it loads (torch, its companions and the
-# modules [python] precompile lists)
+# Files are written once: uv unpacks the wheels into a cache in this step's own file system, hard-links
+# them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this
+# layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile
+# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
+# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)
 FROM base AS torch
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
@@ -22,13 +22,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
-    --mount=type=tmpfs,target=/tmp/kiln-torch-unpack \
     . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-torch-unpack UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 \
+    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.11 /opt/venv \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
+    && rm -rf /tmp/kiln-uv-torch \
     && /opt/venv/bin/python -c 'import torch'
 
 # packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add
