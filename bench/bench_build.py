@@ -454,6 +454,13 @@ class Bench:
                         continue
                     samples[a].append(build(a, no_cache=True, **({} if a.startswith("torchkiln") else {"fresh": True})))
                 order = order[1:] + order[:1]  # rotate: no approach always runs first (or right after another)
+                if self.args.out:  # every round's samples on disk at once: a long run cut short keeps them
+                    partial = {a: [round(x, 3) for x, _ in samples[a]] for a in images}
+                    partial["floor"] = [f["floor_s"] for f in floor_runs]
+                    self.args.out.with_suffix(".partial.json").write_text(json.dumps(
+                        {"rounds_done": rnd + 1, "cold_samples_s": partial, "floor_runs": floor_runs,
+                         "steps": {a: [[s.to_dict() for s in out.steps] for _, out in samples[a]] for a in images},
+                         "loadavg": os.getloadavg()}, indent=1) + "\n")
             if floor_runs:
                 ordered_f = sorted(floor_runs, key=lambda x: x["floor_s"])
                 results["floor"].cold_s = ordered_f[(len(ordered_f) - 1) // 2]["floor_s"]
