@@ -305,13 +305,18 @@ def _fits(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge
     return probs
 
 
-def _all_candidates(kb: Knowledge, host: str, cudas: Iterable[str] | None = None) -> list[_Candidate]:
+def _all_candidates(kb: Knowledge, host: str, cudas: Iterable[str] | None = None, *,
+                    cpu: bool = False) -> list[_Candidate]:
+    """Every (torch, CUDA) pair of ``host``, newest first; the CPU builds only where ``cpu`` is asked for."""
     out = []
     for v in kb.all_patches():
         rel = kb.release_of(v)
         assert rel is not None
         plat = rel.on(host)
         if plat is None:
+            continue
+        if cpu:  # every release has a CPU build (on PyPI or PyTorch's cpu index); _fits says where it lacks one
+            out.append(_Candidate(v, rel, "cpu", host))
             continue
         ordered = [plat.default_cuda, *sorted((v for v in plat.variants if v != plat.default_cuda), key=cuda_key,
                                               reverse=True)]
@@ -407,13 +412,13 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
            problems: list[str]) -> Iterable[tuple[str, str, Patch]]:
     """Changes to the spec that might resolve, nearest first (``_suggest`` keeps those that do)."""
     host = failed.host if failed is not None else _host(spec, targets)[0]
-    fitting = [("torch", c) for c in _all_candidates(kb, host)
-               if not (spec.torch.cuda == "cpu" and c.cuda != "cpu")]
+    fitting = [("torch", c) for c in _all_candidates(kb, host, cpu=spec.torch.cuda == "cpu")]
     if failed is not None:
         plat = failed.on
         same = [("same torch", _Candidate(failed.version, failed.release, cu, host))
                 for cu in sorted((v for v in (plat.variants if plat else ()) if v != "cpu"), key=cuda_key,
-                                 reverse=True)]
+                                 reverse=True)
+                if spec.torch.cuda != "cpu"]  # a CPU image is never offered a CUDA build
         fitting = same + [("same cuda", c) for _, c in fitting if c.cuda == failed.cuda] + fitting
     compiles = any(e for e in spec.extensions) or spec.torch.source == "git"
     for kind, c in fitting:
@@ -423,7 +428,7 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
         if compiles and c.cuda != "cpu":
             yield from _base_idea(c.cuda, c)
     py = spec.python.version
-    for _, c in fitting[:40]:
+    for _, c in ([("failed", failed)] if failed is not None else []) + fitting[:40]:
         pys = c.on.python if c.on is not None else ()
         if py in pys or c.cuda == "cpu" and spec.torch.cuda != "cpu":
             continue

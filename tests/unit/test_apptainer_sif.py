@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -238,7 +239,8 @@ def test_write_image_sif_from_a_rootfs(tmp_path: Path) -> None:
         for p in ("squashfs-root/bin/hello", "squashfs-root/.singularity.d/runscript",
                   "squashfs-root/.singularity.d/env/10-docker2singularity.sh", "squashfs-root/environment"):
             assert p in listing.split(), p
-    # the same rootfs and config give the same file
+    # the same rootfs and config give the same file, a second later too (the layout is stamped)
+    time.sleep(1.1)
     again = write_image_sif(root, tmp_path / "again.sif", cfg, DEF.decode(), Runner(), image_id="sha256:abc",
                             processors=1)
     assert again.path.read_bytes() == sif.path.read_bytes()

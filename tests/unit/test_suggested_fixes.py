@@ -85,3 +85,19 @@ def test_known_failures_offer_checked_fixes() -> None:
     ]
     for doc in cases:
         assert check_fixes(doc) == "fixed", doc
+
+
+def test_a_python_the_torch_lacks_keeps_the_torch_and_its_cuda() -> None:
+    """The nearest fix moves Python only: a CPU image is never offered a CUDA build, nor 12.6 a 13.2."""
+    for cuda in ("cpu", "12.6"):
+        doc = {"image": {"name": "a"}, "python": {"version": "3.7"}, "torch": {"version": "2.13.0", "cuda": cuda}}
+        try:
+            resolve(parse_spec(doc), KB)
+        except ResolveError as e:
+            assert e.fixes, e.hint
+            first = e.fixes[0]
+            assert first["torch"] == {"version": "2.13.0", "cuda": cuda}, e.hint
+            assert first["python"]["version"] == "3.10", e.hint
+            assert all(f.get("torch", {}).get("cuda", "cpu") == "cpu" for f in e.fixes) or cuda != "cpu", e.hint
+        else:
+            raise AssertionError("torch 2.13.0 has no Python 3.7 wheels")

@@ -684,6 +684,24 @@ def _write(path: Path, text: str, mode: int) -> None:
     path.chmod(mode)
 
 
+def _stamp_layout(rootfs: Path, created: int) -> None:
+    """Give what the layout wrote (and the folders it changed) the image's creation time.
+
+    The same rootfs and config then squash to the same bytes (the files' times are in the squashfs),
+    while the image's own files keep theirs: a ``.pyc`` checked against its source's time stays valid.
+    """
+    stamp = (created, created)
+    touched = [rootfs / ".singularity.d", rootfs / "etc", rootfs]
+    touched += [rootfs / name for name in SYMLINKS]
+    touched += [rootfs / d for d in ROOT_DIRS]
+    for path in (rootfs / ".singularity.d").rglob("*"):
+        touched.append(path)
+    touched += [rootfs / "etc" / name for name in ("hosts", "resolv.conf")]
+    for path in touched:
+        if path.is_symlink() or path.exists():
+            os.utime(path, stamp, follow_symlinks=False)
+
+
 def add_singularity_layout(rootfs: Path, config: ImageConfig, deffile: str) -> dict[str, Any]:
     """Write ``/.singularity.d`` (and the root symlinks) into ``rootfs``; returns the inspect metadata."""
     sd = rootfs / ".singularity.d"
@@ -710,6 +728,7 @@ def add_singularity_layout(rootfs: Path, config: ImageConfig, deffile: str) -> d
     labels = sif_labels(config, deffile_header(deffile))
     _write(sd / "labels.json", _go_json(labels, indent="\t"), 0o644)
     _write(sd / "Singularity", deffile, 0o644)
+    _stamp_layout(rootfs, config.created)
     return {
         "data": {
             "attributes": {
