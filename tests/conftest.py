@@ -31,11 +31,11 @@ from pathlib import Path
 import pytest
 
 from torchkiln.build.bootstrap import BaseRequest, bootstrap
-from torchkiln.engines import Engine, get_engine
 from torchkiln.build.execute import BuildOptions, BuildSummary, build_image
+from torchkiln.build.sources import SourceLayer, layer_from_env, layer_from_pip
+from torchkiln.engines import Engine, get_engine
 from torchkiln.errors import EngineMissingError
 from torchkiln.runner import Runner
-from torchkiln.build.sources import SourceLayer, layer_from_env, layer_from_pip
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

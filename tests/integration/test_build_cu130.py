@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from torchkiln.engines import Engine
 from torchkiln.build.execute import BuildOptions, build_image
+from torchkiln.engines import Engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

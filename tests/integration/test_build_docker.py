@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.cli import main
 from torchkiln.engines import Engine
-from torchkiln.build.execute import BuildOptions, build_image
 from torchkiln.errors import BuildError, SourceError
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

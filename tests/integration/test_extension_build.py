@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from torchkiln.build.context import write_context
 from torchkiln.errors import KilnError
 from torchkiln.knowledge import load_knowledge
-from torchkiln.build.context import write_context
 from torchkiln.resolve import resolve
 from torchkiln.spec import parse_spec
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import source_flags
 from packaging.utils import canonicalize_name
 
+from conftest import source_flags
 from torchkiln.engines import Engine
 from torchkiln.errors import ExitCode
 from torchkiln.lock import read_lock

@@ -17,8 +17,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import REGISTRY_PASSWORD_MARKER, source_flags
 
+from conftest import REGISTRY_PASSWORD_MARKER, source_flags
 from torchkiln.engines import Engine
 from torchkiln.errors import ExitCode
 

@@ -21,8 +21,8 @@ import pytest
 from test_apptainer_post import bookworm_rootfs, chroot, post_rootfs  # noqa: F401  (session fixtures)
 
 from torchkiln.errors import KilnError
-from torchkiln.runner import Runner
 from torchkiln.images.sif import ImageConfig, read_sif, write_image_sif
+from torchkiln.runner import Runner
 
 IMAGE = "kiln-test/sif-cpu:latest"
 ENV = ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "VIRTUAL_ENV=/opt/venv",

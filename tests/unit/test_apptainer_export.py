@@ -21,8 +21,8 @@ from torchkiln.images.archive import open_image
 from torchkiln.images.export import apptainer_build_command, export_archive_to_sif, sif_name_for
 from torchkiln.images.flatten import Flattener, flatten
 from torchkiln.images.oci import write_oci_archive
-from torchkiln.runner import Runner
 from torchkiln.images.sif import INSPECT_METADATA
+from torchkiln.runner import Runner
 
 
 def _layer(entries: list[tuple[str, str, str | bytes]]) -> bytes:

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from torchkiln.errors import ExitCode, InputError
-from torchkiln.runner import Runner
 from torchkiln.images.sif import (
     DATA_OFFSET,
     DESCRIPTOR_SIZE,
@@ -34,6 +33,7 @@ from torchkiln.images.sif import (
     write_image_sif,
     write_sif,
 )
+from torchkiln.runner import Runner
 
 SIFTOOL = shutil.which("siftool")
 MKSQUASHFS = shutil.which("mksquashfs")

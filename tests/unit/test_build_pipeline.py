@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.engines.engine import StepRecord
 from torchkiln.build.execute import cache_counts, summarize_stages
 from torchkiln.build.invocation import default_context_dir
-from torchkiln.load import load_plan
 from torchkiln.contract import image_ref
+from torchkiln.engines.engine import StepRecord
+from torchkiln.load import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,12 +8,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from torchkiln.errors import SourceError
 from torchkiln.build.sources import (
     SECRET_CA,
     SECRET_UV,
@@ -30,6 +30,7 @@ from torchkiln.build.sources import (
     prepare,
     render_uv_toml,
 )
+from torchkiln.errors import SourceError
 
 PIP_CONFIG = """\
 :env:.cert='/etc/ssl/certs/ca.pem'

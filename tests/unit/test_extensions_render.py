@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.build.context import write_context
+from torchkiln.build.sources import render_uv_toml
 from torchkiln.contract import CONSTRAINTS
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
-from torchkiln.build.context import write_context
 from torchkiln.render import context_files, render_dockerfile
 from torchkiln.render import extensions as ext
 from torchkiln.resolve import resolve
-from torchkiln.build.sources import render_uv_toml
 from torchkiln.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).parents[2]

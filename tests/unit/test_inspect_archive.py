@@ -20,9 +20,9 @@ import pytest
 from torchkiln.arch import Capability
 from torchkiln.cli import main
 from torchkiln.errors import InputError
+from torchkiln.images.archive import ImageArchive
 from torchkiln.inspect.analyze import inspect_path, looks_like_path, owners_from_metadata
 from torchkiln.inspect.coverage import Target
-from torchkiln.images.archive import ImageArchive
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "fatbin"
 MULTI = (FIXTURES / "multi.so").read_bytes()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.load import load_plan
 from torchkiln.lint import LintConfig, lint_text
 from torchkiln.lint.model import parse_dockerfile
+from torchkiln.load import load_plan
 from torchkiln.render.dockerfile import context_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -15,8 +15,17 @@ from torchkiln.engines import DockerEngine, EngineInfo
 from torchkiln.errors import ExitCode, LockError
 from torchkiln.load import load_plan
 from torchkiln.lock import (
-    Lock, LockedBase, LockedWheel, check_lock, lock_path, parse_lock, plan_inputs, read_lock, render_lock,
-    stale_reasons, wheels_from_pylock,
+    Lock,
+    LockedBase,
+    LockedWheel,
+    check_lock,
+    lock_path,
+    parse_lock,
+    plan_inputs,
+    read_lock,
+    render_lock,
+    stale_reasons,
+    wheels_from_pylock,
 )
 from torchkiln.render.dockerfile import context_files
 from torchkiln.runner import Runner

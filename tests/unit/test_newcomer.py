@@ -227,8 +227,8 @@ def test_index_credentials_reach_the_probe_as_basic_auth_and_no_message() -> Non
     import http.server
     import threading
 
-    from torchkiln.errors import SourceError
     from torchkiln.build.sources import check_reachable
+    from torchkiln.errors import SourceError
 
     seen: list[str | None] = []
 

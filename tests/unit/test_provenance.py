@@ -8,7 +8,12 @@ import subprocess
 from pathlib import Path
 
 from torchkiln.provenance import (
-    clean_remote, created_time, git_facts, make_sbom, provenance_labels, sbom_summary,
+    clean_remote,
+    created_time,
+    git_facts,
+    make_sbom,
+    provenance_labels,
+    sbom_summary,
 )
 from torchkiln.runner import Runner
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.build.context import write_context
 from torchkiln.errors import SpecError
 from torchkiln.knowledge import load_knowledge
-from torchkiln.build.context import write_context
 from torchkiln.render import context_files, render_dockerfile
 from torchkiln.resolve import resolve
 from torchkiln.spec import load_spec

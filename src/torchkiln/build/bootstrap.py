@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchkiln.build.emulation import MACHINE, arch_of, check_platform, host_platform, require_emulation
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import BASE_LABEL_PREFIX
-from torchkiln.build.emulation import MACHINE, arch_of, check_platform, host_platform, require_emulation
 from torchkiln.engines import Engine, StoreEngine, require_store
-from torchkiln.images.rootfs import write_docker_archive
 from torchkiln.errors import BuildError, EngineMissingError, InputError
+from torchkiln.images.rootfs import write_docker_archive
 from torchkiln.runner import Runner
 
 DEFAULT_SUITE = "bookworm"

@@ -32,9 +32,17 @@ from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_sto
 from torchkiln.errors import BuildError, InputError, LockError, ResolveError
 from torchkiln.images.sif import is_sif
 from torchkiln.load import engine_facts, load_plan
+from torchkiln.provenance import (
+    SBOM_SCRIPT,
+    created_time,
+    git_facts,
+    make_sbom,
+    provenance_labels,
+    sbom_path,
+    write_sbom,
+)
 from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
-from torchkiln.provenance import SBOM_SCRIPT, created_time, git_facts, make_sbom, provenance_labels, sbom_path, write_sbom
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from torchkiln.build import sources as src
 from torchkiln.build.bootstrap import base_for_platform
-from torchkiln.build.emulation import host_platform
 from torchkiln.build.context import ContextFiles, apptainer_context, dockerfile_context
+from torchkiln.build.emulation import host_platform
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime

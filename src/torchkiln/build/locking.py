@@ -27,8 +27,17 @@ from torchkiln.build.context import find_uv
 from torchkiln.engines.engine import repository_of
 from torchkiln.errors import InputError, LockError, SourceError
 from torchkiln.lock import (
-    GROUPS, Lock, LockedBase, LockedWheel, LockInputs, check_lock, lock_path, pins, plan_inputs, read_lock,
-    render_lock, wheels_from_pylock,
+    GROUPS,
+    Lock,
+    LockedBase,
+    LockedWheel,
+    check_lock,
+    lock_path,
+    pins,
+    plan_inputs,
+    read_lock,
+    render_lock,
+    wheels_from_pylock,
 )
 from torchkiln.plan import BuildPlan, LockPins
 from torchkiln.redact import redact
@@ -167,7 +176,7 @@ def make_lock(plan: BuildPlan, spec_path: Path, engine: Any, sources: src.Source
     uv = UvCompiler(sources, runner, find_uv())
     wheels: list[LockedWheel] = []
     for platform in inputs.platforms:
-        def old(group: str) -> list[str]:
+        def old(group: str, platform: str = platform) -> list[str]:
             return [] if previous is None else pins(previous.wheels_of(group, platform))
 
         torch = wheels_from_pylock(uv.compile(inputs.torch, python=plan.python, platform=platform,

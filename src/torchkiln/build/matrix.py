@@ -53,7 +53,7 @@ from torchkiln.cache import kiln_cache_dir
 from torchkiln.engines import BuildEvent, Engine, get_engine
 from torchkiln.engines.engine import registry_failure, registry_of
 from torchkiln.errors import EngineMissingError, InputError, KilnError
-from torchkiln.matrix import ResolvedCell, manifest_groups, torch_layer_key
+from torchkiln.matrix import ResolvedCell, manifest_groups
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 

@@ -20,14 +20,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from torchkiln.cli import app
-from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
-from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.build.context import fetch_uv
 from torchkiln.build.emulation import host_platform
 from torchkiln.build.execute import BuildSummary, execute, plan_spec
 from torchkiln.build.invocation import BuildInvocation, BuildOptions
 from torchkiln.build.sources import layer_from_flags
+from torchkiln.cli import app
+from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.engines import BuildEvent, StepRecord, get_engine
 from torchkiln.errors import InputError
 from torchkiln.render.apptainer import ApptainerOptions, Bootstrap

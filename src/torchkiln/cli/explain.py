@@ -13,9 +13,9 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, refuse_impossible
+from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
 from torchkiln.plan import BuildPlan
-from torchkiln.knowledge import load_knowledge
 from torchkiln.render.extensions import BuildEstimate, estimate_builds
 
 

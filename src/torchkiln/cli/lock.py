@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, err_console, print_json
-from torchkiln.cli.build import EngineOpt, make_runner
 from torchkiln.build.execute import resolve_sources
 from torchkiln.build.invocation import BuildOptions
 from torchkiln.build.locking import lock_spec
 from torchkiln.build.sources import layer_from_flags
+from torchkiln.cli import app
+from torchkiln.cli._common import JsonOpt, console, err_console, print_json
+from torchkiln.cli.build import EngineOpt, make_runner
 from torchkiln.engines import get_engine
 from torchkiln.load import load_plan
 

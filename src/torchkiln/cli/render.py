@@ -9,14 +9,14 @@ from typing import Annotated, Literal
 
 import typer
 
-from torchkiln.cli import app
-from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.build.context import bake_context, fetch_uv, write_apptainer_context, write_context
 from torchkiln.build.emulation import host_platform
+from torchkiln.cli import app
+from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
-from torchkiln.load import load_matrix, load_plan
 from torchkiln.contract import sif_name
 from torchkiln.errors import KilnError, OutputError
+from torchkiln.load import load_matrix, load_plan
 from torchkiln.plan import BuildPlan
 from torchkiln.render import render_dockerfile
 from torchkiln.render.apptainer import (

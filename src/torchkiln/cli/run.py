@@ -11,10 +11,10 @@ from typing import Annotated
 
 import typer
 
+from torchkiln.build.invocation import image_for
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
 from torchkiln.engines import Mount, get_engine
-from torchkiln.build.invocation import image_for
 from torchkiln.errors import InputError
 from torchkiln.load import load_plan
 

@@ -22,7 +22,6 @@ it never prints.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import tarfile
 import zlib

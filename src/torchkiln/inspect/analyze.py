@@ -39,7 +39,6 @@ from torchkiln.inspect.kernels import has_kernels
 from torchkiln.inspect.report import (
     ELF_TYPES,
     OCI_PLATFORMS,
-    machine_name,
     BinaryReport,
     ImageInfo,
     InspectReport,
@@ -47,6 +46,7 @@ from torchkiln.inspect.report import (
     ReadInfo,
     ReportKind,
     ScanStats,
+    machine_name,
 )
 from torchkiln.inspect.waste import FileRecord, LayerFiles, WasteReport, find_waste
 

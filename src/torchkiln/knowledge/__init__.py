@@ -25,7 +25,6 @@ from packaging.version import Version
 from torchkiln.arch import ArchEntry, Capability, parse_arch_list
 from torchkiln.errors import ResolveError
 
-
 #: the host CPU architectures torch wheels are built for, by the OCI platform of an image
 PLATFORMS: dict[str, str] = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 #: the other way round: host architecture -> OCI platform

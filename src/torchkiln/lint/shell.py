@@ -399,7 +399,7 @@ _VALUE_OPTS = frozenset(
         "--build-constraints", "--build-constraint", "--overrides", "--override", "--prerelease",
         "--resolution", "--exclude-newer", "--link-mode", "--keyring-provider", "--reinstall-package",
         "--no-build-isolation-package", "--refresh-package", "--no-install-package", "--only-install-package",
-        "--reinstall-package", "--no-sources-package", "--upgrade-package", "--index-strategy",
+        "--no-sources-package", "--upgrade-package", "--index-strategy",
         "--trusted-host", "--proxy", "--retries", "--timeout", "--exists-action", "--cert", "--client-cert",
         "--report", "--python-platform", "--directory", "--project", "--package", "--no-binary-package",
         "--no-build-package", "--config-file", "--cache", "--name", "--prefix-dir", "--channel", "--file",

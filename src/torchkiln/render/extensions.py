@@ -38,8 +38,8 @@ import shlex
 from dataclasses import dataclass, replace
 
 from torchkiln.arch import parse_arch_list
-from torchkiln.knowledge import Knowledge
 from torchkiln.contract import CONSTRAINTS, UV, VENV
+from torchkiln.knowledge import Knowledge
 from torchkiln.plan import BuildPlan, ExtensionPlan
 from torchkiln.render import instructions as ins
 
