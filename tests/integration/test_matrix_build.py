@@ -125,6 +125,9 @@ pip = [["six==1.17.0"], ["kiln-planted==0.1"], ["idna==3.20"]]
             run = engines[cells[i]["builder"]].run(refs[i], ["python", "-c", f"import torch, {package}; "
                                                              f"print(torch.__version__, {package}.__version__)"])
             assert run.stdout.split() == ["2.13.0+cpu", "1.17.0" if package == "six" else "3.20"]
+            labels = engines[cells[i]["builder"]].inspect_image(refs[i]).labels
+            assert labels["org.opencontainers.image.version"] == tags[i], labels  # provenance, as kiln build
+            assert labels["org.opencontainers.image.base.name"] and labels["org.opencontainers.image.created"]
         # every built image is the one the registry holds
         for i in (1, 3):
             assert registry.manifest_digest(repo, tags[i])

@@ -335,11 +335,27 @@ def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mappi
         digest = _base_digest(engine, base_name)
     run = runner or engine.runner
     sources = resolve_sources(plan.sources, spec_dir, options, run, env)
-    spec_file = spec_path / "kiln.toml" if spec_path.is_dir() else spec_path
-    revision, source, commit_time = git_facts(spec_dir, run)
-    labels = provenance_labels(version=plan.tag, base=base_name, base_digest=digest, revision=revision, source=source,
-                               created=created_time(spec_file, commit_time, os.environ if env is None else env))
+    labels = Provenance.of(spec_path, run, env).labels(plan.tag, base_name, digest)
     return plan_build(plan, spec_dir, options, engine, sources, cwd=Path.cwd(), labels=labels)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What an image's OCI labels say about where it came from, read once per spec (git, time)."""
+
+    revision: str
+    source: str
+    created: str
+
+    @classmethod
+    def of(cls, spec_path: Path, runner: Runner, env: Mapping[str, str] | None = None) -> Provenance:
+        spec_file = spec_path / "kiln.toml" if spec_path.is_dir() else spec_path
+        revision, source, commit_time = git_facts(spec_file.parent.resolve(), runner)
+        return cls(revision, source, created_time(spec_file, commit_time, os.environ if env is None else env))
+
+    def labels(self, version: str, base: str, base_digest: str) -> dict[str, str]:
+        return provenance_labels(version=version, base=base, base_digest=base_digest, revision=self.revision,
+                                 source=self.source, created=self.created)
 
 
 def _base_digest(engine: Any, base: str) -> str:

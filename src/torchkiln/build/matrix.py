@@ -280,13 +280,18 @@ class PlannedCell:
 
 
 def plan_cell(rc: ResolvedCell, spec_dir: Path, options: BuildOptions, engine: Engine, *, emulate_from: str | None,
-              cwd: Path, group: int, env: Mapping[str, str] | None = None) -> PlannedCell:
-    """The cell's invocation on ``engine`` (``emulate_from``: the builder's platform when it differs)."""
+              cwd: Path, group: int, env: Mapping[str, str] | None = None,
+              labels: Mapping[str, str] | None = None) -> PlannedCell:
+    """The cell's invocation on ``engine`` (``emulate_from``: the builder's platform when it differs).
+
+    ``labels``: the cell's provenance labels, computed once for every builder (the digest must not
+    depend on which builder planned it).
+    """
     assert rc.plan is not None
     opts = dataclasses.replace(options, tag=rc.image, context_dir=cell_context_dir(rc.image, spec_dir),
                                platform=rc.plan.platform if emulate_from else None)
     sources = resolve_sources(rc.plan.sources, spec_dir, opts, engine.runner, env)
-    inv = plan_build(rc.plan, spec_dir, opts, engine, sources, cwd=cwd)
+    inv = plan_build(rc.plan, spec_dir, opts, engine, sources, cwd=cwd, labels=labels)
     return PlannedCell(rc, inv, cell_digest(inv), group)
 
 

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from torchkiln.build.execute import Provenance, _base_digest
 from torchkiln.build.invocation import BuildOptions
 from torchkiln.build.matrix import (
     Builder,
@@ -127,8 +128,18 @@ def build_matrix(
     cwd = Path.cwd()
     # plan every cell before anything builds (on the first builder: the digest does not depend on it)
     first = ready[0]
+    prov = Provenance.of(spec, runner)
+    digests: dict[str, str] = {}
+    labels = {}
+    for c in cells:
+        assert c.plan is not None
+        base = options.base or c.plan.base_image
+        if base not in digests:
+            digests[base] = _base_digest(first.engine, base)
+        tail = c.image.rsplit("/", 1)[-1]
+        labels[c.cell.index] = prov.labels(tail.rsplit(":", 1)[1] if ":" in tail else c.plan.tag, base, digests[base])
     planned = {c.cell.index: plan_cell(c, spec_dir.resolve(), options, first.engine, emulate_from=None, cwd=cwd,
-                                       group=groups[c.cell.index]) for c in cells}
+                                       group=groups[c.cell.index], labels=labels[c.cell.index]) for c in cells}
     record = MatrixRecord.for_spec(spec if spec.is_file() else spec / "kiln.toml", spec_obj.image.name)
     done = {} if force or options.no_cache else {i: record.done(p, by_name) for i, p in planned.items()}
     todo = [i for i in planned if not done.get(i)]
@@ -142,7 +153,8 @@ def build_matrix(
             assert rc.plan is not None
             emulated = rc.plan.platform not in b.platforms
             runs.append(CellRun(plan_cell(rc, spec_dir.resolve(), options, b.engine, cwd=cwd, group=job.group,
-                                          emulate_from=b.platforms[0] if emulated else None), name))
+                                          emulate_from=b.platforms[0] if emulated else None,
+                                          labels=labels[job.cell]), name))
     for i, holder in done.items():
         if holder:
             runs.append(CellRun(planned[i], holder, status="skipped"))
