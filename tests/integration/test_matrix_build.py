@@ -166,3 +166,58 @@ def test_bad_builders_are_clear_errors_before_anything_builds(docker_engine: Eng
     r = kiln("build", str(spec), "--matrix", env=env)
     assert r.returncode == ExitCode.INPUT and "needs at least one builder" in r.stderr
     assert not (tmp_path / "cache" / "matrix").exists()  # nothing was built, so nothing was recorded
+
+
+def test_cells_that_differ_only_by_platform_become_one_manifest_list_on_the_registry(  # type: ignore[no-untyped-def]
+    docker_engine: Engine, registry, tmp_path: Path,
+) -> None:
+    """``push_manifests`` against the real registry: an amd64 and an arm64 cell, one manifest list.
+
+    The two cells' images are tiny stand-ins (``FROM scratch`` built with ``--platform``: the config
+    says the platform, no emulation needed); the manifest code is what ``kiln build --matrix --push``
+    runs after its cells are pushed.
+    """
+    from torchkiln.build.invocation import BuildOptions
+    from torchkiln.build.matrix import CellRun, plan_cell, push_manifests
+    from torchkiln.knowledge import load_knowledge
+    from torchkiln.matrix import cell_tags, expand, resolve_matrix
+    from torchkiln.runner import Runner
+    from torchkiln.spec import parse_spec
+
+    repo = f"kiln-test/mlist-{os.getpid()}"
+    spec = parse_spec({"image": {"name": registry.ref(repo)}, "torch": {"version": "2.13.0", "cuda": "cpu"},
+                       "matrix": {"platform": ["linux/amd64", "linux/arm64"]}})
+    cells = cell_tags(spec, resolve_matrix(expand(spec), load_knowledge()))
+    planned = [plan_cell(c, tmp_path, BuildOptions(), docker_engine, emulate_from=None, cwd=tmp_path, group=0,
+                         env={}) for c in cells]
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY hello /hello\n")
+    binary = docker_engine.info.binary
+    images = [p.rc.image for p in planned]
+    try:
+        for p in planned:
+            assert p.rc.plan is not None
+            (ctx / "hello").write_text(p.rc.plan.platform)
+            for argv in ([binary, "build", "--platform", p.rc.plan.platform, "-t", p.rc.image, str(ctx)],
+                         [binary, "push", p.rc.image]):
+                r = subprocess.run(argv, env={**os.environ, "DOCKER_BUILDKIT": "1"}, capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr
+        runs = [CellRun(p, "default", status="built") for p in planned]
+        (result,) = push_manifests(runs, Runner(), binary)
+        assert result.status == "pushed", result.reason
+        assert result.ref == registry.ref(repo) + ":torch2.13.0-cpu-py3.11"
+        found = registry.manifest(repo, "torch2.13.0-cpu-py3.11")
+        assert found is not None
+        media, manifest = found
+        assert media in ("application/vnd.docker.distribution.manifest.list.v2+json",
+                         "application/vnd.oci.image.index.v1+json"), media
+        entries = manifest["manifests"]
+        assert isinstance(entries, list)
+        assert sorted((e["platform"]["os"], e["platform"]["architecture"]) for e in entries) == [
+            ("linux", "amd64"), ("linux", "arm64")]
+        # each entry is the image pushed for that cell
+        for e, image in zip(sorted(entries, key=lambda e: e["platform"]["architecture"]), images, strict=True):
+            assert e["digest"] == registry.manifest_digest(repo, image.rsplit(":", 1)[1])
+    finally:
+        subprocess.run([binary, "rmi", *images], capture_output=True)
