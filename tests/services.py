@@ -171,6 +171,18 @@ def make_ca_and_cert(work: Path, host: str = "127.0.0.1") -> tuple[Path, Path, P
     return ca, cert, key
 
 
+def make_client_cert(work: Path) -> tuple[Path, Path]:
+    """A client certificate signed by ``make_ca_and_cert``'s CA in ``work``; returns (cert, key)."""
+    key, csr, cert, ext = (work / n for n in ("client.key", "client.csr", "client.crt", "client.ext"))
+    ext.write_text("extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n")
+    for args in (["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=torchkiln test client", "-keyout", str(key),
+                  "-out", str(csr)],
+                 ["x509", "-req", "-in", str(csr), "-CA", str(work / "ca.crt"), "-CAkey", str(work / "ca.key"),
+                  "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(cert)]):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+    return cert, key
+
+
 def start_registry(
     work: Path, *, tls: bool = False, user: str | None = None, password: str | None = None,
     reuse_env: str | None = "KILN_TEST_REGISTRY",
@@ -229,6 +241,10 @@ class Daemon:
     host: str
     root: Path | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: the daemon's TLS listener (``tcp://127.0.0.1:PORT``, client certificates required) and the
+    #: client's files for it (``ca``, ``cert``, ``key``): what ``docker context create --docker`` takes
+    tls_host: str | None = None
+    tls_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -305,6 +321,15 @@ def start_daemon(work: Path, *, reuse_env: str | None = "KILN_TEST_DOCKER_HOST")
         # a containerd of the machine (systemd installs) is shared: keep this daemon's state apart
         "--containerd-namespace", f"{name}", "--containerd-plugins-namespace", f"{name}-plugins",
     ]
+    try:  # a TLS listener on loopback too (mutual TLS, as a remote builder is reached)
+        ca, cert, key = make_ca_and_cert(work / "tls")
+        client_cert, client_key = make_client_cert(work / "tls")
+    except (ServiceUnavailable, subprocess.CalledProcessError):
+        pass
+    else:
+        d.tls_host = f"tcp://127.0.0.1:{free_port()}"
+        d.tls_files = {"ca": ca, "cert": client_cert, "key": client_key}
+        cmd += ["-H", d.tls_host, "--tlsverify", "--tlscacert", str(ca), "--tlscert", str(cert), "--tlskey", str(key)]
     log = work / "dockerd.log"
     with log.open("wb") as out:
         d.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -1,6 +1,7 @@
 """`kiln build --matrix` with real engines: two Docker daemons (this machine's, reached as the docker
 context ``default``, and the test's second daemon, reached through a docker context of its own) and
-the real registry.
+the real registry. Where openssl is there (CI), the context reaches the second daemon over
+``tcp://127.0.0.1`` with mutual TLS (a throwaway CA, a client certificate), as a remote builder is.
 
 Three CPU cells on the offline base differ in one pip package each. The middle one names
 ``kiln-planted==0.1``, a wheel that is not in its wheel folder yet: that cell fails, the other two
@@ -81,9 +82,16 @@ def test_matrix_across_two_daemons_push_fail_and_rerun_only_the_failed_cell(  # 
     config = tmp_path / "docker-config"
     config.mkdir()
     env = {"DOCKER_CONFIG": str(config), "KILN_CACHE_DIR": str(stable_context("matrix-cache")), "CI": "1"}
-    ctx = subprocess.run(["/usr/bin/docker", "context", "create", "kiln-test-second",
-                          "--docker", f"host={second_daemon.host}"], env={**os.environ, **env},
-                         capture_output=True, text=True)
+    # over tcp with mutual TLS where the fixture made a listener (a remote builder); else its socket
+    endpoint = f"host={second_daemon.host}"
+    if second_daemon.tls_host:
+        endpoint = ",".join([f"host={second_daemon.tls_host}",
+                             *(f"{k}={v}" for k, v in second_daemon.tls_files.items())])
+        plain = subprocess.run(["/usr/bin/docker", "-H", second_daemon.tls_host, "version"], capture_output=True,
+                               text=True)
+        assert plain.returncode != 0  # the listener takes TLS clients with a certificate only
+    ctx = subprocess.run(["/usr/bin/docker", "context", "create", "kiln-test-second", "--docker", endpoint],
+                         env={**os.environ, **env}, capture_output=True, text=True)
     assert ctx.returncode == 0, ctx.stderr
     shutil.rmtree(Path(env["KILN_CACHE_DIR"]) / "matrix", ignore_errors=True)  # no record of earlier runs
 
