@@ -134,6 +134,31 @@ def source_flags(layer: SourceLayer) -> list[str]:
     return flags
 
 
+def plant_wheel(folder: Path, version: str = "0.1") -> Path:
+    """A minimal pure-Python wheel ``kiln-planted VERSION`` in ``folder`` (its RECORD hashes right)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"kiln_planted-{version}.dist-info"
+    files = {
+        "kiln_planted/__init__.py": f'VERSION = "{version}"\n'.encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: kiln-planted\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: torchkiln-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    wheel = folder / f"kiln_planted-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in files.items():
+            z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)
+        z.writestr(zipfile.ZipInfo(f"{info}/RECORD", (2020, 1, 1, 0, 0, 0)), "\n".join(record) + "\n")
+    return wheel
+
+
 def _system_ca() -> str | None:
     for candidate in (os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile):
         if candidate and Path(candidate).is_file():

@@ -13,18 +13,16 @@ other builds of the CPU example have usually put it in the first daemon's cache 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from conftest import plant_wheel
 from torchkiln.engines import Engine
 from torchkiln.errors import ExitCode
 
@@ -34,25 +32,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(1800)]
 def kiln(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "torchkiln", *args], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=1500)
-
-
-def plant_wheel(folder: Path) -> None:
-    """A minimal pure-Python wheel ``kiln-planted 0.1`` (its RECORD hashes right)."""
-    files = {
-        "kiln_planted/__init__.py": b'VERSION = "0.1"\n',
-        "kiln_planted-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: kiln-planted\nVersion: 0.1\n",
-        "kiln_planted-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: torchkiln-tests\n"
-                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append("kiln_planted-0.1.dist-info/RECORD,,")
-    with zipfile.ZipFile(folder / "kiln_planted-0.1-py3-none-any.whl", "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-        z.writestr("kiln_planted-0.1.dist-info/RECORD", "\n".join(record) + "\n")
 
 
 def source_flags(mirror, planted: Path) -> list[str]:  # type: ignore[no-untyped-def]
