@@ -16,7 +16,7 @@ import pytest
 
 from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine, probe_apptainer
-from torchkiln.engines.engine import BuildRequest, Engine, EngineInfo, ImageStore, Mount, require_store
+from torchkiln.engines.engine import BuildRequest, Engine, EngineInfo, ImageStore, Mount, RunRequest, require_store
 from torchkiln.errors import EngineMissingError, ExitCode, InputError
 from torchkiln.images.sif import INSPECT_METADATA, DataType, SifObject, write_sif
 from torchkiln.runner import Runner
@@ -68,15 +68,17 @@ def test_build_command_runs_in_the_definition_folder(tmp_path: Path) -> None:
 
 def test_exec_and_verify_commands() -> None:
     eng = _engine()
-    cmd = eng.exec_command("/x/img.sif", ["python", "-c", "print(1)"], gpus=True,
-                           mounts=[Mount(Path("/data/in put"), "/in"), Mount(Path("/out"), "/out", read_only=False)],
-                           env={"A": "b c"}, workdir="/work")
+    cmd = eng.run_command(RunRequest(
+        "/x/img.sif", ("python", "-c", "print(1)"), gpus=True,
+        mounts=(Mount(Path("/data/in put"), "/in"), Mount(Path("/out"), "/out", read_only=False)),
+        env={"A": "b c"}, workdir="/work"))
     assert cmd == ["/usr/bin/apptainer", "exec", "--nv", "--bind", "/data/in put:/in:ro", "--bind", "/out:/out",
                    "--env", "A=b c", "--pwd", "/work", "/x/img.sif", "python", "-c", "print(1)"]
     assert eng.verify_command("/x/img.sif") == ["/usr/bin/apptainer", "exec", "--nv", "/x/img.sif", "python",
                                                 VERIFY_SCRIPT, "--spec-json", VERIFY_SPEC, "--json"]
     with pytest.raises(InputError, match="calling user"):
-        eng.exec_command("/x/img.sif", ["id"], user="nobody")
+        eng.run_command(RunRequest("/x/img.sif", ("id",), user="nobody"))
+    assert eng.run_command(RunRequest("/x/img.sif"))[1] == "run"  # no command: the image's runscript
 
 
 def test_sif_files_are_the_images(tmp_path: Path) -> None:

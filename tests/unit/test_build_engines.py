@@ -15,7 +15,7 @@ import pytest
 
 from torchkiln.engines import Engine, ImageStore, OciEngine, get_engine, probe_engines, require_store
 from torchkiln.engines.docker import DockerEngine, daemon_problem, docker_candidates
-from torchkiln.engines.engine import BuildRequest, EngineInfo, StepRecord, classify_build_failure
+from torchkiln.engines.engine import BuildRequest, EngineInfo, Mount, RunRequest, StepRecord, classify_build_failure
 from torchkiln.engines.podman import PodmanEngine, needs_explicit_ulimits
 from torchkiln.errors import BuildError, EngineMissingError, InputError, SourceError
 from torchkiln.runner import Completed, Runner
@@ -118,6 +118,36 @@ def test_podman_build_command_and_gpu_flags() -> None:
                                   "/ctx"]
     assert engine.flavour.gpu_flags == ("--device", "nvidia.com/gpu=all")
     assert engine.flavour.save_flags == ("--format", "docker-archive")
+
+
+def test_run_is_spelled_once_per_engine_from_a_run_request(tmp_path: Path) -> None:
+    """``Engine.run`` (shared by every engine) turns its options into a ``RunRequest``; each engine
+    spells only ``run_command``, and ``run`` runs exactly that command."""
+    echo = tmp_path / "docker"
+    echo.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    echo.chmod(0o755)
+    docker = DockerEngine(EngineInfo("docker", str(echo), "27.3.1", "27.3.1", "buildx"), Runner())
+    request = RunRequest("img:1", ("python", "-V"), gpus=True, mounts=(Mount(Path("/in"), "/in"),),
+                         env={"A": "b"}, user="0", workdir="/w", network="none", entrypoint="", interactive=True)
+    assert docker.run_command(request) == [
+        str(echo), "run", "--rm", "-i", "--gpus", "all", "-v", "/in:/in:ro", "-e", "A=b", "--user", "0",
+        "--workdir", "/w", "--network", "none", "--entrypoint", "", "img:1", "python", "-V",
+    ]
+    ran = docker.run("img:1", ["python", "-V"], gpus=True, mounts=[Mount(Path("/in"), "/in")], env={"A": "b"},
+                     user="0", workdir="/w", network="none", entrypoint="", interactive=True)
+    assert ran.stdout.splitlines() == docker.run_command(request)[1:]
+    assert docker.run_request(request).stdout == ran.stdout
+    podman = PodmanEngine(EngineInfo("podman", "/x/podman", "4.3.1", "4.3.1", "buildah"), Runner())
+    spelled = podman.run_command(RunRequest("img", ("id",), gpus=True))
+    assert spelled[:3] == ["/x/podman", "run", "--rm"]
+    assert spelled[-4:] == ["--device", "nvidia.com/gpu=all", "img", "id"]
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    failing.chmod(0o755)
+    broken = DockerEngine(EngineInfo("docker", str(failing), "27.3.1", "27.3.1", "buildx"), Runner())
+    assert broken.run("img:1", check=False).returncode == 3
+    with pytest.raises(BuildError, match="docker run img:1"):
+        broken.run("img:1")
 
 
 def test_podman_ulimits_probe(tmp_path: Path) -> None:

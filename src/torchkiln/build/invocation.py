@@ -40,7 +40,7 @@ from torchkiln.build.emulation import host_platform
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime
-from torchkiln.engines.engine import BuildCommand, BuildRequest, EngineInfo, check_reference
+from torchkiln.engines.engine import BuildCommand, BuildRequest, EngineInfo, ImageStore, check_reference
 from torchkiln.errors import InputError
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions
@@ -254,6 +254,11 @@ def plan_build(
             "([torch] source = \"image\"): kiln read torch, CUDA, Python and the archs from that image.",
             hint=f"Set [base] image = \"{options.base}\" in the spec instead, so that its facts are read and checked.",
         )
+    if options.push and not isinstance(engine, ImageStore):  # a capability, not a name: see require_store
+        raise InputError(
+            f"{engine.info.name} has no image store to push a tag from: the image is a .sif file.",
+            hint="Drop --push and push the file after the build: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG",
+        )
     # a bootstrapped base names its platform in its tag: an arm64 plan builds on kiln-base:SUITE-arm64
     plan = dataclasses.replace(plan, base_image=base_for_platform(options.base or plan.base_image, plan.platform))
     spec_dir = spec_dir.resolve()
@@ -271,11 +276,6 @@ def plan_build(
             raise InputError(
                 "apptainer keeps no build cache in a registry: --cache-to/--cache-from are for docker and podman.",
                 hint="Drop --cache-to/--cache-from (apptainer caches base layers itself, in APPTAINER_CACHEDIR).",
-            )
-        if options.push:
-            raise InputError(
-                "apptainer has no image store to push a tag from: the image is a .sif file.",
-                hint="Drop --push and push the file after the build: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG",
             )
         dest = sif_path(plan, spec_dir, options.tag)
         app = absolute_sources(options.apptainer, cwd)

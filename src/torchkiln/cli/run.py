@@ -14,7 +14,7 @@ import typer
 from torchkiln.build.invocation import image_for
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
-from torchkiln.engines import Mount, get_engine
+from torchkiln.engines import Mount, RunRequest, get_engine
 from torchkiln.errors import InputError
 from torchkiln.load import load_plan
 
@@ -73,15 +73,14 @@ def run_cmd(
     ref = image_for(engine.name, plan, spec_dir.resolve(), target, tag)
     if not engine.image_exists(ref):
         raise missing_image(ref, engine.name, spec, target, tag)
-    result = engine.run(
+    result = engine.run_request(RunRequest(
         ref,
-        list(command or []),
+        tuple(command or []),
         gpus=gpus,
-        mounts=[_parse_mount(v) for v in volume or []],
+        mounts=tuple(_parse_mount(v) for v in volume or []),
         env=_parse_env(env or []),
         user=user,
         passthrough=True,
         interactive=interactive,
-        check=False,
-    )
+    ), check=False)
     raise typer.Exit(result.returncode)

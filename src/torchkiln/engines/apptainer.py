@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from torchkiln.contract import VERIFY_SCRIPT, VERIFY_SPEC
@@ -30,11 +30,12 @@ from torchkiln.engines.engine import (
     BuildEvent,
     BuildOutcome,
     BuildRequest,
+    Engine,
     EngineInfo,
     EngineName,
     ImageDetails,
-    Mount,
     ProgressCallback,
+    RunRequest,
     StepRecord,
 )
 from torchkiln.errors import BuildError, EngineMissingError, InputError
@@ -112,7 +113,7 @@ class _Steps:
         self._close("done" if ok else "error")
 
 
-class ApptainerEngine:
+class ApptainerEngine(Engine):
     """Implements ``Engine`` (not ``ImageStore``: an image is a ``.sif`` file, named by its path)."""
 
     name: EngineName = APPTAINER
@@ -194,27 +195,17 @@ class ApptainerEngine:
         return placed
 
     # -- running ------------------------------------------------------------------------------------
-    def exec_command(
-        self,
-        image: str,
-        argv: Sequence[str],
-        *,
-        gpus: bool = False,
-        mounts: Sequence[Mount] = (),
-        env: Mapping[str, str] | None = None,
-        user: str | None = None,
-        workdir: str | None = None,
-        network: str | None = None,
-        entrypoint: str | None = None,
-    ) -> list[str]:
-        # no command: the image's runscript (what docker calls the image's CMD)
-        cmd = [self.info.binary, "exec" if argv or entrypoint else "run"]
-        if gpus:
+    def run_command(self, request: RunRequest) -> list[str]:
+        """``apptainer exec`` of the request in the image file (``--nv`` for GPUs, ``--bind`` for mounts);
+        no command: ``apptainer run``, the image's runscript (what docker calls the image's CMD)."""
+        cmd = [self.info.binary, "exec" if request.argv or request.entrypoint else "run"]
+        if request.gpus:
             cmd.append("--nv")
-        for m in mounts:
+        for m in request.mounts:
             cmd += ["--bind", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
-        for k, v in (env or {}).items():
+        for k, v in request.env.items():
             cmd += ["--env", f"{k}={v}"]
+        user = request.user
         if user not in (None, "", "root") and user != str(os.getuid()):
             raise InputError(
                 f"apptainer runs containers as the calling user; it cannot switch to {user!r}.",
@@ -222,45 +213,21 @@ class ApptainerEngine:
             )
         if user in ("root", "0") and os.geteuid() != 0:
             cmd.append("--fakeroot")
-        if workdir is not None:
-            cmd += ["--pwd", workdir]
-        if network not in (None, "default", "host"):
-            cmd += ["--net", "--network", network]
-        cmd.append(image)
-        cmd += ([entrypoint] if entrypoint else []) + list(argv)
-        return cmd
+        if request.workdir is not None:
+            cmd += ["--pwd", request.workdir]
+        if request.network not in (None, "default", "host"):
+            cmd += ["--net", "--network", request.network]
+        cmd.append(request.image)
+        return cmd + ([request.entrypoint] if request.entrypoint else []) + list(request.argv)
 
-    def run(
-        self,
-        image: str,
-        argv: Sequence[str],
-        *,
-        gpus: bool = False,
-        mounts: Sequence[Mount] = (),
-        env: Mapping[str, str] | None = None,
-        user: str | None = None,
-        workdir: str | None = None,
-        network: str | None = None,
-        entrypoint: str | None = None,
-        passthrough: bool = False,
-        interactive: bool = False,
-        check: bool = True,
-        on_line: Callable[[str], None] | None = None,
-        timeout: float | None = None,
-    ) -> Completed:
-        """``apptainer exec`` of ``argv`` in the image file (``--nv`` with ``gpus``); no ``argv``: its runscript."""
+    def check_runnable(self, image: str) -> None:
+        """Only a SIF file runs (``run`` is ``Engine``'s: this check, then ``run_command``)."""
         self._require_sif(image)
-        cmd = self.exec_command(image, argv, gpus=gpus, mounts=mounts, env=env, user=user, workdir=workdir,
-                                network=network, entrypoint=entrypoint)
-        return self.runner.run(
-            cmd, passthrough=passthrough, on_line=on_line, check=check, timeout=timeout,
-            what=f"apptainer exec {image}", error=lambda m, h, d: BuildError(m, h, details=d),
-        )
 
     def verify_command(self, image: str, *, gpus: bool = True, json: bool = True) -> list[str]:
         """``kiln verify IMAGE.sif``: the checks a kiln-built image carries (``/opt/kiln/verify``)."""
         argv = ["python", VERIFY_SCRIPT, "--spec-json", VERIFY_SPEC] + (["--json"] if json else [])
-        return self.exec_command(image, argv, gpus=gpus)
+        return self.run_command(RunRequest(image, tuple(argv), gpus=gpus))
 
     # -- the image file -----------------------------------------------------------------------------
     def _require_sif(self, image: str) -> Path:

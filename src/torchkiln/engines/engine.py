@@ -219,13 +219,41 @@ class BuildRequest:
     cache_to: str | None = None
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """One container run as an engine is asked to spell it: everything ``run_command`` reads.
+
+    A new run option is a field here, a keyword of ``Engine.run`` and its spelling in each engine's
+    ``run_command``; how the caller waits for the run (``check``, ``on_line``, ``timeout``) is not part of it.
+    """
+
+    image: str
+    #: the command; none: the image's own (docker's CMD, apptainer's runscript)
+    argv: tuple[str, ...] = ()
+    #: attach every GPU
+    gpus: bool = False
+    mounts: tuple[Mount, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+    workdir: str | None = None
+    network: str | None = None
+    #: replaces the image's entrypoint ("" clears it)
+    entrypoint: str | None = None
+    #: the run shares this terminal (its output is not captured)
+    passthrough: bool = False
+    #: keep stdin open (and a TTY when passed through to a terminal)
+    interactive: bool = False
+
+
 @runtime_checkable
 class Engine(Protocol):
     """What every engine does (docker, podman, apptainer, a test's fake): build, run, find and read images.
 
     ``build_command`` is pure (it spells the build for ``kiln build --dry-run``); ``run_build``
-    runs exactly what it spelled. Images are named by reference in docker/podman and by path
-    (a ``.sif``) in apptainer.
+    runs exactly what it spelled. Likewise ``run_command`` spells a ``RunRequest`` and ``run_request``
+    runs it; ``run`` (and ``run_request``) are written here once, for every engine: docker, podman and
+    apptainer subclass this protocol to share them and spell only ``run_command``. Images are named by
+    reference in docker/podman and by path (a ``.sif``) in apptainer.
     """
 
     name: EngineName
@@ -243,10 +271,33 @@ class Engine(Protocol):
         progress: ProgressCallback | None = None,
     ) -> BuildOutcome: ...
 
+    def run_command(self, request: RunRequest) -> list[str]:
+        """The command line that runs ``request`` (pure: nothing runs)."""
+        ...
+
+    def check_runnable(self, image: str) -> None:
+        """Refuse, before anything runs, an image this engine cannot run (by default none: the engine says so)."""
+        return None
+
+    def run_request(
+        self,
+        request: RunRequest,
+        *,
+        check: bool = True,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run exactly ``run_command(request)``; ``check``: a failure is a ``BuildError``."""
+        self.check_runnable(request.image)
+        cmd = self.run_command(request)
+        return self.runner.run(cmd, passthrough=request.passthrough, on_line=on_line, check=check, timeout=timeout,
+                               what=f"{self.name} {cmd[1]} {request.image}",
+                               error=lambda m, h, d: BuildError(m, h, details=d))
+
     def run(
         self,
         image: str,
-        argv: Sequence[str],
+        argv: Sequence[str] = (),
         *,
         gpus: bool = False,
         mounts: Sequence[Mount] = (),
@@ -260,7 +311,12 @@ class Engine(Protocol):
         check: bool = True,
         on_line: Callable[[str], None] | None = None,
         timeout: float | None = None,
-    ) -> Completed: ...
+    ) -> Completed:
+        """Run ``argv`` in a fresh container of ``image`` (the options are ``RunRequest``'s)."""
+        request = RunRequest(image, tuple(argv), gpus=gpus, mounts=tuple(mounts), env=dict(env or {}), user=user,
+                             workdir=workdir, network=network, entrypoint=entrypoint, passthrough=passthrough,
+                             interactive=interactive)
+        return self.run_request(request, check=check, on_line=on_line, timeout=timeout)
 
     def image_exists(self, image: str) -> bool: ...
     def inspect_image(self, image: str) -> ImageDetails: ...

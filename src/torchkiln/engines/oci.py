@@ -30,15 +30,15 @@ from torchkiln.engines.engine import (
     EngineInfo,
     EngineName,
     ImageDetails,
-    Mount,
     ProgressCallback,
     ProgressParser,
+    RunRequest,
     build_failure,
     pushed_digest,
     registry_failure,
 )
-from torchkiln.errors import BuildError, InputError
-from torchkiln.runner import Completed, ErrorFactory, Runner
+from torchkiln.errors import InputError
+from torchkiln.runner import ErrorFactory, Runner
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,10 @@ def _stdin_is_tty() -> bool:
     return sys.stdin.isatty()
 
 
-class OciEngine:
-    """docker or podman (by ``flavour``): implements ``Engine`` and ``ImageStore`` through the CLI."""
+class OciEngine(Engine):
+    """docker or podman (by ``flavour``): implements ``Engine`` and ``ImageStore`` through the CLI.
+
+    It subclasses the ``Engine`` protocol for its shared ``run``; what is docker's is ``run_command``."""
 
     def __init__(self, flavour: OciFlavour, info: EngineInfo, runner: Runner) -> None:
         self.flavour = flavour
@@ -169,45 +171,26 @@ class OciEngine:
             return self.run_build(self.build_command(request), progress=progress)
 
     # -- running --------------------------------------------------------------------------------------
-    def run(
-        self,
-        image: str,
-        argv: Sequence[str],
-        *,
-        gpus: bool = False,
-        mounts: Sequence[Mount] = (),
-        env: Mapping[str, str] | None = None,
-        user: str | None = None,
-        workdir: str | None = None,
-        network: str | None = None,
-        entrypoint: str | None = None,
-        passthrough: bool = False,
-        interactive: bool = False,
-        check: bool = True,
-        on_line: Callable[[str], None] | None = None,
-        timeout: float | None = None,
-    ) -> Completed:
-        """Run ``argv`` in a fresh container of ``image`` (removed afterwards)."""
+    def run_command(self, request: RunRequest) -> list[str]:
+        """``run --rm`` of ``request`` in a fresh container (removed afterwards); ``run`` is ``Engine``'s."""
         if self._run_flags is None:
             self._run_flags = self.flavour.run_flags()
         cmd = [self.info.binary, "run", "--rm", *self._run_flags]
-        if interactive:
+        if request.interactive:
             cmd.append("-i")
-        if passthrough and interactive and _stdin_is_tty():
+        if request.passthrough and request.interactive and _stdin_is_tty():
             cmd.append("-t")
-        if gpus:
+        if request.gpus:
             cmd += self.flavour.gpu_flags
-        for m in mounts:
+        for m in request.mounts:
             cmd += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
-        for k, v in (env or {}).items():
+        for k, v in request.env.items():
             cmd += ["-e", f"{k}={v}"]
-        for flag, value in (("--user", user), ("--workdir", workdir), ("--network", network),
-                            ("--entrypoint", entrypoint)):
+        for flag, value in (("--user", request.user), ("--workdir", request.workdir), ("--network", request.network),
+                            ("--entrypoint", request.entrypoint)):
             if value is not None:
                 cmd += [flag, value]
-        cmd += [image, *argv]
-        return self.runner.run(cmd, passthrough=passthrough, on_line=on_line, check=check, timeout=timeout,
-                               what=f"{self.name} run {image}", error=lambda m, h, d: BuildError(m, h, details=d))
+        return [*cmd, request.image, *request.argv]
 
     # -- images in the store --------------------------------------------------------------------------
     def image_exists(self, image: str) -> bool:

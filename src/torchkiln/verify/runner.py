@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchkiln.engines import Engine, Mount
+from torchkiln.engines import Engine, Mount, RunRequest
 from torchkiln.errors import BuildError, InputError, KilnError, NoGPUError
 from torchkiln.runner import Completed, Runner
 from torchkiln.verify.report import VerifyReport, parse_report, report_error
@@ -203,16 +203,14 @@ def verify_image(image: str, engine: Engine, options: VerifyOptions) -> VerifyRe
     """Run the checks in a fresh container of ``image`` with every GPU attached."""
     python = options.python or "python3"
     with staged(options.spec) as root:
-        result = engine.run(
+        result = engine.run_request(RunRequest(
             image,
-            checks_args(MOUNT, options),
+            tuple(checks_args(MOUNT, options)),
             gpus=options.gpus,
-            mounts=[Mount(root, MOUNT, read_only=True)],
+            mounts=(Mount(root, MOUNT, read_only=True),),
             env=_CHILD_ENV,
             entrypoint=python,
-            check=False,
-            timeout=options.timeout,
-        )
+        ), check=False, timeout=options.timeout)
     return interpret(result, f"{engine.name}:{image}", engine=engine.name, image=image, python=python)
 
 
