@@ -133,7 +133,7 @@ class UvCompiler:
                                                          "Connection refused")) else LockError
             raise cls(
                 f"uv could not resolve the {group} requirements of the spec for the lock.",
-                hint="Read uv's words below: a version no index has, a conflict between packages, or an index that "
+                hint="uv's words above say why: a version no index has, a conflict between packages, or an index that "
                      "cannot be reached (the same package sources as `kiln build` are used: --index-url, KILN_*, "
                      "[sources], --sources-from-pip).",
                 details=text,
