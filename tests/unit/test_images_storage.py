@@ -20,10 +20,19 @@ from pathlib import Path
 
 import pytest
 
+from torchkiln.engines import ImageDetails
 from torchkiln.errors import InputError
 from torchkiln.images.archive import iter_layer_stream
 from torchkiln.images.layers import Member
-from torchkiln.images.storage import NotInPlace, _tags_for, iter_layer_dir, locate, remote_reason, stored_meta
+from torchkiln.images.storage import (
+    NotInPlace,
+    _tags_for,
+    iter_layer_dir,
+    locate,
+    locate_in_engine,
+    remote_reason,
+    stored_meta,
+)
 from torchkiln.inspect.waste import FileRecord, LayerFiles, merge_layers
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "fatbin"
@@ -268,3 +277,27 @@ def test_remote_reasons_and_tags() -> None:
     assert _tags_for("sha256:abc", ("x:1",)) == ()
     assert _tags_for("app:1", ("someone/app:1", "app:1")) == ("app:1",)
     assert _tags_for("docker.io/library/ubuntu:22.04", ("ubuntu:22.04",)) == ("ubuntu:22.04",)
+
+
+def test_locate_in_engine_is_the_one_in_place_decision_of_facts_and_inspect(tmp_path: Path) -> None:
+    """``read`` export asks nothing; auto returns why not; direct makes that an input error with the caller's hint;
+    the engine's own runner environment counts (a remote DOCKER_HOST of its own)."""
+
+    class Runner:
+        env = {"DOCKER_HOST": "tcp://10.0.0.9:2376"}
+
+    class Engine:
+        name = "docker"
+        runner = Runner()
+
+    diff, hexid = _docker_store(tmp_path)
+    details = ImageDetails(id=f"sha256:{hexid}", size=1, layers=1, user="", env=(), labels={}, created="",
+                           diff_ids=("sha256:" + "0" * 64,), driver="overlay2",
+                           driver_data={"UpperDir": str(diff)})
+    engine = Engine()
+    assert locate_in_engine(engine, "x", details, "export", direct_hint="h") == (None, None)  # type: ignore[arg-type]
+    assert locate_in_engine(engine, "x", details, "auto", direct_hint="h") == (  # type: ignore[arg-type]
+        None, "docker is remote (DOCKER_HOST=tcp://10.0.0.9:2376)")
+    with pytest.raises(InputError, match="cannot be read in place from docker's storage: docker is remote") as e:
+        locate_in_engine(engine, "x", details, "direct", direct_hint="the hint")  # type: ignore[arg-type]
+    assert e.value.hint == "the hint"

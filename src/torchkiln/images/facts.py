@@ -549,10 +549,9 @@ def read_image_facts(
     Kept in torchkiln's cache folder by image id, so a second resolve of the same image reads nothing
     (a new pull of the tag has a new id and is read again).
     """
-    import os
     from dataclasses import replace
 
-    from torchkiln.images.storage import NotInPlace, iter_layer_dir, locate, stored_meta
+    from torchkiln.images.storage import iter_layer_dir, locate_in_engine, stored_meta
     from torchkiln.images.stream import read_saved_stream
 
     details = engine.inspect_image(image)
@@ -564,26 +563,17 @@ def read_image_facts(
             pass  # a damaged cache entry: read the image again
     t0 = time.perf_counter()
     stats = IOStats()
-    how, why = "direct", ""
-    try:
-        if read == "export":
-            raise NotInPlace("--read export")
-        stored = locate(
-            engine.name, image, image_id=details.id, repo_tags=details.repo_tags, diff_ids=details.diff_ids,
-            driver=details.driver, driver_data=details.driver_data, size=details.size,
-            env={**os.environ, **getattr(engine.runner, "env", {})},
-        )
-    except NotInPlace as e:
-        if read == "direct":
-            raise InputError(f"{image} cannot be read in place from {engine.name}'s storage: {e}.",
-                             hint="Let kiln export it with the engine's save instead (read = auto).") from None
-        how, why = "export", str(e)
+    stored, reason = locate_in_engine(engine, image, details, read,
+                                      direct_hint="Let kiln export it with the engine's save instead (read = auto).")
+    if stored is None:
+        how, why = "export", reason or "--read export"
         if progress:
             progress(f"reading the facts of {image}: {engine.name} save ({why})")
         with engine.save_stream(image) as fd:
             meta, parts = read_saved_stream(fd, image, image, scan_layer, stats)
         got = merge(parts)
     else:
+        how, why = "direct", ""
         if progress:
             progress(f"reading the facts of {image} in place ({stored.driver})")
         meta = stored_meta(stored)

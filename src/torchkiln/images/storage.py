@@ -35,11 +35,15 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchkiln.errors import InputError
 from torchkiln.images._io import IOStats
 from torchkiln.images.layers import Member, whiteout_of
 from torchkiln.images.meta import ImageMeta, LayerRef, config_of, history_for_layers
+
+if TYPE_CHECKING:
+    from torchkiln.engines import ImageDetails, StoreEngine
 
 #: the extended attributes overlayfs reads as "this folder hides the lower layers' contents"
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
@@ -132,6 +136,28 @@ def locate(
     if hashlib.sha256(raw).hexdigest() != hexid:
         raise NotInPlace(f"{config_path} is not the config of image {hexid[:12]}")
     return StoredImage(engine, driver, hexid, name, _tags_for(name, repo_tags), raw, diff_ids, dirs, size)
+
+
+def locate_in_engine(
+    engine: StoreEngine, image: str, details: ImageDetails, read: str, *, direct_hint: str
+) -> tuple[StoredImage | None, str | None]:
+    """``image`` of ``engine`` (its ``details`` from ``inspect_image``) in place, or None and why not (None
+    when ``read`` is "export": not asked). ``read`` "direct" makes "not in place" an ``InputError`` with
+    ``direct_hint``; "auto" leaves the caller to export it instead. The engine's runner's environment
+    counts: a ``DOCKER_HOST`` of its own may put the storage on another machine."""
+    if read == "export":
+        return None, None
+    try:
+        return locate(
+            engine.name, image, image_id=details.id, repo_tags=details.repo_tags, diff_ids=details.diff_ids,
+            driver=details.driver, driver_data=details.driver_data, size=details.size,
+            env={**os.environ, **getattr(engine.runner, "env", {})},
+        ), None
+    except NotInPlace as e:
+        if read == "direct":
+            raise InputError(f"{image} cannot be read in place from {engine.name}'s storage: {e}.",
+                             hint=direct_hint) from None
+        return None, str(e)
 
 
 def _tags_for(name: str, repo_tags: tuple[str, ...]) -> tuple[str, ...]:

@@ -541,7 +541,7 @@ def inspect_image_name(
 ) -> InspectReport:
     """An image in the local engine: read in place from its storage where it can be (``read``
     "auto" or "direct"), else exported with ``save`` and read (``read`` "export", or the fallback)."""
-    from torchkiln.images.storage import NotInPlace, locate
+    from torchkiln.images.storage import locate_in_engine
 
     try:
         details = engine.inspect_image(image)
@@ -550,23 +550,12 @@ def inspect_image_name(
             f"no image {image!r} in {engine.name}, and no file of that name.",
             hint=f"Build it (`kiln build`), pull it (`{engine.name} pull {image}`), or give a path to an archive.",
         ) from None
-    reason = None
-    if read != "export":
-        try:
-            stored = locate(
-                engine.name, image, image_id=details.id, repo_tags=details.repo_tags, diff_ids=details.diff_ids,
-                driver=details.driver, driver_data=details.driver_data, size=details.size,
-                env={**os.environ, **getattr(engine.runner, "env", {})},
-            )
-        except NotInPlace as e:
-            if read == "direct":
-                raise InputError(
-                    f"{image} cannot be read in place from {engine.name}'s storage: {e}.",
-                    hint="Leave out `--read direct` (or give `--read export`) to export it with the engine's save.",
-                ) from None
-            reason = str(e)
-        else:
-            return inspect_stored_image(stored, targets, all_sections=all_sections, progress=progress)
+    stored, reason = locate_in_engine(
+        engine, image, details, read,
+        direct_hint="Leave out `--read direct` (or give `--read export`) to export it with the engine's save.",
+    )
+    if stored is not None:
+        return inspect_stored_image(stored, targets, all_sections=all_sections, progress=progress)
     # The export is read once from the engine's save on a pipe: no temporary copy of the image;
     # what the analysis skips is spliced to /dev/null in the kernel (torchkiln.images._io.ForwardReader).
     if progress:

@@ -54,6 +54,7 @@ from torchkiln.contract import (
 )
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
+from torchkiln.render.instructions import rendered_by
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
@@ -206,17 +207,12 @@ def _section(name: str, body: list[str], args: str = "") -> list[str]:
 
 
 def header(plan: BuildPlan, options: ApptainerOptions, stage: str | None = None) -> list[str]:
-    t = plan.torch
-    cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
-    targets = ", ".join(f"{x.name} ({x.capability})" for x in plan.targets) or "none"
     return [
         f"Bootstrap: {options.bootstrap}",
         f"From: {options.from_value(plan)}",
         *([f"Stage: {stage}"] if stage else []),
         "",
-        f"# Rendered by torchkiln {__version__} for {plan.image_ref}. Do not edit: change kiln.toml and re-render.",
-        f"# torch {t.version} · {cuda} · Python {plan.python} · base {plan.base_image}",
-        f"# GPU targets: {targets}" + (f" · TORCH_CUDA_ARCH_LIST={plan.arch_list}" if plan.arch_list else ""),
+        *rendered_by(plan),
         "# Build it in the folder that holds this file (%files paths are relative to it):",
         f"#   apptainer build --fakeroot {sif_name(plan)} {DEFFILE}",
     ]

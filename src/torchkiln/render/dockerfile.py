@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 
-from torchkiln import __version__
 from torchkiln.contract import CONSTRAINTS, UV, VENV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
@@ -36,13 +35,8 @@ TORCH_UV_CACHE = "/tmp/kiln-uv-torch"
 
 
 def header(plan: BuildPlan) -> list[str]:
-    t = plan.torch
-    cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
-    targets = ", ".join(f"{x.name} ({x.capability})" for x in plan.targets) or "none"
     return [
-        f"# Rendered by torchkiln {__version__} for {plan.image_ref}. Do not edit: change kiln.toml and re-render.",
-        f"# torch {t.version} · {cuda} · Python {plan.python} · base {plan.base_image}",
-        f"# GPU targets: {targets}" + (f" · TORCH_CUDA_ARCH_LIST={plan.arch_list}" if plan.arch_list else ""),
+        *ins.rendered_by(plan),
         "# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).",
     ]
 
@@ -137,35 +131,14 @@ def stage_packages(plan: BuildPlan) -> list[str]:
 
 
 def _env(plan: BuildPlan) -> list[str]:
-    pairs = [
+    return ins.env([
         ("PATH", f"{VENV}/bin:$PATH"),
         ("VIRTUAL_ENV", VENV),
         ("PIP_CONSTRAINT", CONSTRAINTS),
         ("UV_CONSTRAINT", CONSTRAINTS),
-    ]
-    if plan.torch.cuda:
-        pairs += [
-            ("NVIDIA_VISIBLE_DEVICES", "all"),
-            ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-        ]
-        if plan.nvidia_require_cuda:
-            pairs.append(("NVIDIA_REQUIRE_CUDA", plan.nvidia_require_cuda))
-        if plan.arch_list:
-            pairs.append(("TORCH_CUDA_ARCH_LIST", plan.arch_list))
-    pairs += list(plan.app.env)
-    out = []
-    for i, (k, v) in enumerate(pairs):
-        value = v if k == "PATH" else ins.quote(v)
-        out.append(("ENV " if i == 0 else "    ") + f"{k}={value}" + (" \\" if i < len(pairs) - 1 else ""))
-    return out
-
-
-def _labels(plan: BuildPlan) -> list[str]:
-    pairs = list(image_labels(plan).items())
-    out = []
-    for i, (k, v) in enumerate(pairs):
-        out.append(("LABEL " if i == 0 else "      ") + f"{k}={ins.quote(v)}" + (" \\" if i < len(pairs) - 1 else ""))
-    return out
+        *ins.gpu_env(plan),
+        *plan.app.env,
+    ])
 
 
 def _user_ref(plan: BuildPlan) -> str:
@@ -227,7 +200,7 @@ def stage_dev(plan: BuildPlan) -> list[str]:
         "COPY .kiln/bin/uv /usr/local/bin/uv",
         *_dev_user(plan),
         *_env(plan),
-        *_labels(plan),
+        *ins.labels(image_labels(plan)),
         *_app(plan),
         f"USER {_user_ref(plan)}",
         f"CMD {cmd}",
@@ -243,7 +216,7 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
         *_user(plan),
         *_copy_python(plan),
         *_env(plan),
-        *_labels(plan),
+        *ins.labels(image_labels(plan)),
         *_app(plan),
         f"USER {_user_ref(plan)}",
         f"CMD {cmd}",

@@ -150,14 +150,6 @@ def _builder_apt(plan: BuildPlan, python: str) -> list[str]:
     )
 
 
-def _env_block(pairs: list[tuple[str, str]]) -> list[str]:
-    out = []
-    for i, (k, v) in enumerate(pairs):
-        value = v if k == "PATH" else ins.quote(v)
-        out.append(("ENV " if i == 0 else "    ") + f"{k}={value}" + (" \\" if i < len(pairs) - 1 else ""))
-    return out
-
-
 def _cuda_env(plan: BuildPlan) -> list[tuple[str, str]]:
     tc = plan.toolchain
     venv_path = f"{VENV}/bin:$PATH"
@@ -240,7 +232,7 @@ def stage_torch_build(plan: BuildPlan) -> list[str]:
         "ARG MAX_JOBS",
         *_builder_apt(plan, plan.python_exe),
         *ins.run([*ins.SOURCE_MOUNTS, *_build_mounts()], setup),
-        *_env_block(env),
+        *ins.env(env),
         *ins.run(
             [*ins.SOURCE_MOUNTS, *_build_mounts(),
              f"type=cache,id=kiln-torch-src,target={TORCH_SRC},sharing=locked"],
@@ -293,7 +285,7 @@ def stage_toolchain(plan: BuildPlan) -> list[str]:
         *ins.run([*ins.SOURCE_MOUNTS, *_build_mounts()],
                  [". /kiln/sources.sh", ". /kiln/ext/build.sh",
                   *_install_toolchain(plan, requires, constrained=True, libraries=False)]),
-        *_env_block(_cuda_env(plan)),
+        *ins.env(_cuda_env(plan)),
     ]
 
 
@@ -330,8 +322,11 @@ def stage_extensions(plan: BuildPlan) -> list[str]:
 
 
 def stage_wheels(plan: BuildPlan) -> list[str]:
-    if not has_builder(plan):
-        return []
+    return wheels_stage() if has_builder(plan) else []
+
+
+def wheels_stage() -> list[str]:
+    """The ``wheels`` stage, whichever renderer compiled the wheels in its ``extensions`` stage."""
     return [
         "# wheels: the compiled extension wheels alone (--target wheels --output type=local,dest=DIR)",
         "FROM scratch AS wheels",

@@ -1,14 +1,19 @@
 """Dockerfile instructions the renderers share: quoting, RUN with mounts, the mounts themselves.
 
-``render/dockerfile.py`` (the stages) and ``render/extensions.py`` (the compiling stages) both write
-with these, so neither imports the other. Pure text.
+``render/dockerfile.py`` (the stages), ``render/extensions.py`` (the compiling stages) and
+``render/vendor.py`` (the stages on a base with its own torch) write with these, so none imports
+another for them: RUN, multi-line ENV and LABEL, the runtime's GPU variables. ``rendered_by`` opens the Apptainer
+definition file too (``#`` comments in both). Pure text.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable, Mapping
 
+from torchkiln import __version__
 from torchkiln.contract import SECRET_CA, SECRET_UV
+from torchkiln.plan import BuildPlan
 
 SHELL = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
 
@@ -24,6 +29,49 @@ def run(mounts: list[str], commands: list[str]) -> list[str]:
     lines = ["RUN " + parts[0]]
     lines += [f"    {p}" for p in parts[1:]]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
+
+
+def rendered_by(plan: BuildPlan) -> list[str]:
+    """The comment lines that open a Dockerfile and a definition file alike: who wrote it, for what."""
+    t = plan.torch
+    cuda = f"CUDA {t.cuda} ({t.variant})" if t.cuda else "CPU only"
+    targets = ", ".join(f"{x.name} ({x.capability})" for x in plan.targets) or "none"
+    return [
+        f"# Rendered by torchkiln {__version__} for {plan.image_ref}. Do not edit: change kiln.toml and re-render.",
+        f"# torch {t.version} · {cuda} · Python {plan.python} · base {plan.base_image}",
+        f"# GPU targets: {targets}" + (f" · TORCH_CUDA_ARCH_LIST={plan.arch_list}" if plan.arch_list else ""),
+    ]
+
+
+def block(keyword: str, items: list[str]) -> list[str]:
+    """One instruction over several lines (``ENV A=1 \\``, ``    B=2``): each item on its own line, aligned
+    under the first."""
+    pad = " " * (len(keyword) + 1)
+    return [(f"{keyword} " if i == 0 else pad) + item + (" \\" if i < len(items) - 1 else "")
+            for i, item in enumerate(items)]
+
+
+def env(pairs: Iterable[tuple[str, str]], *, unquoted: Collection[str] = ("PATH",)) -> list[str]:
+    """An ENV instruction (none for no pairs): values quoted, except those of ``unquoted`` (``$PATH`` expands)."""
+    return block("ENV", [f"{k}={v if k in unquoted else quote(v)}" for k, v in pairs])
+
+
+def labels(pairs: Mapping[str, str]) -> list[str]:
+    """A LABEL instruction (none for no pairs), values quoted."""
+    return block("LABEL", [f"{k}={quote(v)}" for k, v in pairs.items()])
+
+
+def gpu_env(plan: BuildPlan) -> list[tuple[str, str]]:
+    """What a CUDA image tells the NVIDIA container runtime (devices, capabilities, the CUDA it needs), and the
+    archs for extensions compiled at run time; none for a CPU image."""
+    if not plan.torch.cuda:
+        return []
+    pairs = [("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")]
+    if plan.nvidia_require_cuda:
+        pairs.append(("NVIDIA_REQUIRE_CUDA", plan.nvidia_require_cuda))
+    if plan.arch_list:
+        pairs.append(("TORCH_CUDA_ARCH_LIST", plan.arch_list))
+    return pairs
 
 
 def bind(name: str) -> str:

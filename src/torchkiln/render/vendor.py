@@ -96,7 +96,7 @@ def stage_extensions(plan: BuildPlan) -> list[str]:
     ]
     if tc is not None and tc.apt:
         lines += ins.apt_install(tc.apt)
-    lines += ext._env_block(_ext_env(plan))
+    lines += ins.env(_ext_env(plan))
     for e in compiled:
         mounts = [*ins.SOURCE_MOUNTS, *ext._build_mounts()]
         target = e.spec
@@ -114,13 +114,7 @@ def stage_extensions(plan: BuildPlan) -> list[str]:
 
 
 def stage_wheels(plan: BuildPlan) -> list[str]:
-    if not ext.compiled(plan):
-        return []
-    return [
-        "# wheels: the compiled extension wheels alone (--target wheels --output type=local,dest=DIR)",
-        "FROM scratch AS wheels",
-        f"COPY --from=extensions {ext.EXT_WHEELS}/ /",
-    ]
+    return ext.wheels_stage() if ext.compiled(plan) else []
 
 
 def stage_packages(plan: BuildPlan) -> list[str]:
@@ -157,24 +151,8 @@ def stage_packages(plan: BuildPlan) -> list[str]:
 
 
 def _env(plan: BuildPlan) -> list[str]:
-    pairs: list[tuple[str, str]] = []
-    if plan.torch.cuda:
-        pairs += [("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")]
-        if plan.nvidia_require_cuda:
-            pairs.append(("NVIDIA_REQUIRE_CUDA", plan.nvidia_require_cuda))
-        if plan.arch_list:
-            pairs.append(("TORCH_CUDA_ARCH_LIST", plan.arch_list))
-    pairs += list(plan.app.env)
-    out = []
-    for i, (k, v) in enumerate(pairs):
-        out.append(("ENV " if i == 0 else "    ") + f"{k}={ins.quote(v)}" + (" \\" if i < len(pairs) - 1 else ""))
-    return out
-
-
-def _labels(plan: BuildPlan) -> list[str]:
-    pairs = list(image_labels(plan).items())
-    return [("LABEL " if i == 0 else "      ") + f"{k}={ins.quote(v)}" + (" \\" if i < len(pairs) - 1 else "")
-            for i, (k, v) in enumerate(pairs)]
+    # the base's own ENV stays (no venv, no constraints of ours); every value quoted, PATH too
+    return ins.env([*ins.gpu_env(plan), *plan.app.env], unquoted=())
 
 
 def _app(plan: BuildPlan) -> list[str]:
@@ -204,7 +182,7 @@ def stage_dev(plan: BuildPlan) -> list[str]:
         "FROM packages AS dev",
         *_user(plan),
         *_env(plan),
-        *_labels(plan),
+        *ins.labels(image_labels(plan)),
         f"WORKDIR {plan.app.workdir}",
         f"USER {_user_ref(plan)}",
         'CMD ["bash"]',
@@ -222,7 +200,7 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
         "FROM packages AS runtime",
         *_user(plan),
         *_env(plan),
-        *_labels(plan),
+        *ins.labels(image_labels(plan)),
         *_app(plan),
         f"USER {_user_ref(plan)}",
         f"CMD {cmd}",
