@@ -9,8 +9,9 @@ findings, applies configuration and inline suppressions.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from packaging.version import InvalidVersion, Version
 
@@ -26,7 +27,7 @@ from torchkiln.lint.context import (
     iter_commands,
 )
 from torchkiln.lint.model import FileKind, Instruction, Stage, arg_pairs, env_pairs, substitute
-from torchkiln.lint.shell import Command, Install, Req, split_assignment, tokenize
+from torchkiln.lint.shell import Command, Install, Req, Token, split_assignment, tokenize
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,44 @@ def _stage_label(stage: Stage) -> str:
     return f"stage {stage.name!r}" if stage.name else f"stage #{stage.index}"
 
 
+def _final_steps(ctx: Context) -> Iterator[Step]:
+    """The RUN steps of the final stage and of the stages it is built FROM: what ships in the image."""
+    return (step for step in ctx.steps if ctx.in_final_chain(step.stage))
+
+
+def _steps_on(ctx: Context, base_matches: Callable[[str], bool]) -> Iterator[tuple[Step, str]]:
+    """(step, its stage's base image) for each RUN step on a base image that ``base_matches``."""
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        base = ctx.df.base_image(step.stage)
+        if base is not None and base_matches(base):
+            yield step, base
+
+
+def _defined_pairs(ins: Instruction) -> list[tuple[str, str | None]]:
+    """The NAME=value pairs an ENV or ARG instruction defines (an ARG's value may be None); none for others."""
+    if ins.keyword == "ENV":
+        return list(env_pairs(ins))
+    if ins.keyword == "ARG":
+        return list(arg_pairs(ins))
+    return []
+
+
+def _assignments(cmd: Command, declarers: Collection[str]) -> Iterator[tuple[Token, str, str]]:
+    """(word, name, value) of each NAME=value a shell command sets: its prefix assignments, and its
+    arguments when the command is one of ``declarers`` (``export``, ``declare``, ``env``)."""
+    for w in [*cmd.assignments, *(cmd.words[1:] if cmd.name in declarers else ())]:
+        pair = split_assignment(w.text)
+        if pair:
+            yield w, pair[0], pair[1]
+
+
+def _constraint_var(inst: Install) -> str:
+    """The environment variable that gives the installer a constraints file."""
+    return "PIP_CONSTRAINT" if inst.tool == "pip" else "UV_CONSTRAINT"
+
+
 # ---------------------------------------------------------------------------------------------
 # KL001
 
@@ -154,9 +193,7 @@ def devel_base_in_final(ctx: Context) -> Iterator[Hit]:
 def _needs_toolkit_at_run_time(ctx: Context) -> bool:
     """The final image compiles CUDA code when it runs: a JIT package, an extension build, or an
     install whose contents we cannot see (a requirements file, a project)."""
-    for step in ctx.steps:
-        if not ctx.in_final_chain(step.stage):
-            continue
+    for step in _final_steps(ctx):
         for inst in step.installs:
             if inst.names & JIT_PACKAGES or inst.has("--requirement", "--file") or inst.tool == "setup.py":
                 return True
@@ -167,18 +204,23 @@ def _needs_toolkit_at_run_time(ctx: Context) -> bool:
 # KL002
 
 
+def _commands_after(step: Step, inst: Install) -> Iterator[Command]:
+    """The commands of the same RUN after the install's own."""
+    later = False
+    for cmd, _, _ in step.commands:
+        if cmd is inst.command:
+            later = True
+        elif later:
+            yield cmd
+
+
 def _removed_later(step: Step, inst: Install, path: str | None) -> bool:
     """Whether a later command of the same RUN deletes ``path`` (a cache folder that never reaches the layer)."""
     if not path:
         return False
     path = path.rstrip("/")
-    later = False
-    for cmd, _, _ in step.commands:
-        if cmd is inst.command:
-            later = True
-        elif later and cmd.name == "rm" and any(_same_dir(w.text, path) for w in cmd.words[1:]):
-            return True
-    return False
+    return any(cmd.name == "rm" and any(_same_dir(w.text, path) for w in cmd.words[1:])
+               for cmd in _commands_after(step, inst))
 
 
 def _same_dir(word: str, path: str) -> bool:
@@ -191,38 +233,42 @@ def _same_dir(word: str, path: str) -> bool:
 
 def _cache_cleared(step: Step, inst: Install) -> bool:
     """A later command of the same RUN empties the tool's cache (`pip cache purge`, `uv cache clean`)."""
-    later = False
-    for cmd, _, _ in step.commands:
-        if cmd is inst.command:
-            later = True
-        elif later and cmd.argv[1:3] in (("cache", "purge"), ("cache", "clean"), ("cache", "prune")):
-            if cmd.name.startswith("pip") or cmd.name in ("uv", "python", "python3") or "-m" in cmd.argv[:3]:
-                return True
-    return False
+    return any(
+        cmd.argv[1:3] in (("cache", "purge"), ("cache", "clean"), ("cache", "prune"))
+        and (cmd.name.startswith("pip") or cmd.name in ("uv", "python", "python3") or "-m" in cmd.argv[:3])
+        for cmd in _commands_after(step, inst)
+    )
+
+
+@dataclass(frozen=True)
+class _Cache:
+    """An installer's download cache: the flag and variable that turn it off, the variable that moves it."""
+
+    no_cache_flag: str
+    off_var: str
+    dir_var: str
+    default_dir: str
+
+
+_CACHES = {
+    "pip": _Cache("--no-cache-dir", "PIP_NO_CACHE_DIR", "PIP_CACHE_DIR", "/root/.cache/pip"),
+    "uv": _Cache("--no-cache", "UV_NO_CACHE", "UV_CACHE_DIR", "/root/.cache/uv"),
+}
 
 
 def _cache_ok(inst: Install, step: Step) -> bool:
     env = {**inst.env, **inst.command.assigned()}
-    targets = step.cache_targets()
-    if _cache_cleared(step, inst):
+    if _cache_cleared(step, inst) or inst.tool not in _CACHES:
         return True
-    if inst.tool == "pip":
-        if inst.has("--no-cache-dir") or _env_has(env, "PIP_NO_CACHE_DIR"):
-            return True
-        cache_dir = (inst.values("--cache-dir") or (env.get("PIP_CACHE_DIR") or "/root/.cache/pip",))[-1]
-        return _removed_later(step, inst, cache_dir) or any(
-            t.rstrip("/").endswith(("/.cache/pip", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
-            for t in targets
-        )
-    if inst.tool == "uv":
-        if inst.has("--no-cache") or _env_has(env, "UV_NO_CACHE"):
-            return True
-        cache_dir = (inst.values("--cache-dir") or (env.get("UV_CACHE_DIR") or "/root/.cache/uv",))[-1]
-        return _removed_later(step, inst, cache_dir) or any(
-            t.rstrip("/").endswith(("/.cache/uv", "/.cache")) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
-            for t in targets
-        )
-    return True
+    cache = _CACHES[inst.tool]
+    if inst.has(cache.no_cache_flag) or _env_has(env, cache.off_var):
+        return True
+    cache_dir = (inst.values("--cache-dir") or (env.get(cache.dir_var) or cache.default_dir,))[-1]
+    mounted = (f"/.cache/{inst.tool}", "/.cache")
+    return _removed_later(step, inst, cache_dir) or any(
+        t.rstrip("/").endswith(mounted) or (cache_dir and t.rstrip("/") == cache_dir.rstrip("/"))
+        for t in step.cache_targets()
+    )
 
 
 @rule(
@@ -246,19 +292,15 @@ def _cache_ok(inst: Install, step: Step) -> bool:
     ),
 )
 def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
-    for step in ctx.steps:
-        if not ctx.in_final_chain(step.stage):
-            continue
+    for step in _final_steps(ctx):
         for inst in step.installs:
             if inst.tool not in ("pip", "uv") or inst.sub == "download" or _cache_ok(inst, step):
                 continue
-            tool = _tool_label(inst)
-            target = "/root/.cache/pip" if inst.tool == "pip" else "/root/.cache/uv"
-            flag = "--no-cache-dir" if inst.tool == "pip" else "--no-cache"
+            tool, cache = _tool_label(inst), _CACHES[inst.tool]
             yield Hit(
                 inst.line,
                 f"{tool} in {_stage_label(step.stage)} keeps its download cache in a layer of the final image",
-                fix=f"Add --mount=type=cache,target={target} to this RUN (or pass {flag}).",
+                fix=f"Add --mount=type=cache,target={cache.default_dir} to this RUN (or pass {cache.no_cache_flag}).",
                 stage=step.stage.label,
             )
 
@@ -285,9 +327,7 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
     ),
 )
 def apt_lists(ctx: Context) -> Iterator[Hit]:
-    for step in ctx.steps:
-        if not ctx.in_final_chain(step.stage):
-            continue
+    for step in _final_steps(ctx):
         updates = [
             cmd for cmd, _, _ in step.commands if cmd.name in ("apt-get", "apt", "aptitude") and "update" in cmd.argv[1:]
         ]
@@ -502,13 +542,7 @@ def secrets_in_arg_env(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
     for ins in ctx.df.instructions():
-        if ins.keyword == "ARG":
-            pairs: list[tuple[str, str | None]] = list(arg_pairs(ins))
-        elif ins.keyword == "ENV":
-            pairs = list(env_pairs(ins))
-        else:
-            continue
-        for name, value in pairs:
+        for name, value in _defined_pairs(ins):
             if secret_name(name) and not _flag_value(value):
                 yield Hit(ins.line, f"{ins.keyword} {name} looks like a secret and is stored in the image")
                 continue
@@ -643,6 +677,10 @@ class ExtBuild:
     env: Mapping[str, str | None]
     cwd: str | None
 
+    def hit(self, message: str, fix: str | None = None) -> Hit:
+        """A finding on this build's install line, in its stage."""
+        return Hit(self.install.line, message, fix=fix, stage=self.step.stage.label)
+
 
 def _env_true(env: Mapping[str, str | None], name: str) -> bool:
     v = env.get(name)
@@ -770,11 +808,7 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
             continue
         names = " or ".join(b.arch_vars)
         why = "is 'native', which needs a visible GPU" if got else "is not set"
-        yield Hit(
-            b.install.line,
-            f"{b.label} is compiled but {names} {why}: the architectures are guessed at build time",
-            stage=b.step.stage.label,
-        )
+        yield b.hit(f"{b.label} is compiled but {names} {why}: the architectures are guessed at build time")
 
 
 @rule(
@@ -807,11 +841,7 @@ def flash_attn_archs(ctx: Context) -> Iterator[Hit]:
             if _env_has(b.env, "TORCH_CUDA_ARCH_LIST")
             else ""
         )
-        yield Hit(
-            b.install.line,
-            f"flash-attn is compiled for its default architectures: FLASH_ATTN_CUDA_ARCHS is not set{extra}",
-            stage=b.step.stage.label,
-        )
+        yield b.hit(f"flash-attn is compiled for its default architectures: FLASH_ATTN_CUDA_ARCHS is not set{extra}")
 
 
 @rule(
@@ -843,11 +873,7 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         if inst.tool == "uv" and inst.values("--no-build-isolation-package"):
             continue
-        yield Hit(
-            inst.line,
-            f"{b.label} is built in an isolated environment without your torch (no --no-build-isolation)",
-            stage=b.step.stage.label,
-        )
+        yield b.hit(f"{b.label} is built in an isolated environment without your torch (no --no-build-isolation)")
 
 
 @rule(
@@ -867,11 +893,9 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
     for b in extension_builds(ctx):
         same = b.install.names & TORCH_FAMILY
         if same:
-            yield Hit(
-                b.install.line,
+            yield b.hit(
                 f"{b.label} is built in the same command that installs {', '.join(sorted(same))}",
                 fix="Split it: install torch in one command (or RUN), then the extension with --no-build-isolation.",
-                stage=b.step.stage.label,
             )
             continue
         state = ctx.torch_before(b.step)
@@ -884,11 +908,7 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
             if installs_torch(inst) != "no":
                 earlier = True
         if not earlier:
-            yield Hit(
-                b.install.line,
-                f"{b.label} is built but nothing before it installs torch",
-                stage=b.step.stage.label,
-            )
+            yield b.hit(f"{b.label} is built but nothing before it installs torch")
 
 
 @rule(
@@ -917,11 +937,7 @@ def ext_max_jobs(ctx: Context) -> Iterator[Hit]:
             v = _pinned(b.install, "flash-attn")
             if v is None or v >= _FA_AUTO_MAX_JOBS:
                 continue  # its setup.py sizes MAX_JOBS from cores and free memory when unset
-        yield Hit(
-            b.install.line,
-            f"{b.label} is compiled with no MAX_JOBS: ninja starts one nvcc job per CPU",
-            stage=b.step.stage.label,
-        )
+        yield b.hit(f"{b.label} is compiled with no MAX_JOBS: ninja starts one nvcc job per CPU")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -969,23 +985,14 @@ class ArchListDef:
 def arch_list_definitions(ctx: Context) -> Iterator[ArchListDef]:
     if ctx.df is not None:
         for ins in ctx.df.instructions():
-            pairs: list[tuple[str, str | None]] = []
-            if ins.keyword == "ENV":
-                pairs = list(env_pairs(ins))
-            elif ins.keyword == "ARG":
-                pairs = list(arg_pairs(ins))
-            for k, v in pairs:
+            for k, v in _defined_pairs(ins):
                 if k == "TORCH_CUDA_ARCH_LIST" and v is not None and "$" not in v:
                     yield ArchListDef(ins.line, v, ins.keyword)
     for cmd, _ in iter_commands(ctx):
-        words = list(cmd.assignments)
-        if cmd.name in ("export", "declare", "env"):
-            words += list(cmd.words[1:])
-        for w in words:
-            pair = split_assignment(w.text)
-            if pair and pair[0] == "TORCH_CUDA_ARCH_LIST" and "$" not in pair[1]:
+        for w, name, value in _assignments(cmd, ("export", "declare", "env")):
+            if name == "TORCH_CUDA_ARCH_LIST" and "$" not in value:
                 line = cmd.snippet.file_line(w.index) if cmd.snippet is not None else cmd.line
-                yield ArchListDef(line, pair[1], "shell")
+                yield ArchListDef(line, value, "shell")
 
 
 @rule(
@@ -1086,10 +1093,7 @@ def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
 def torch_on_ngc(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
-    for step in ctx.steps:
-        base = ctx.df.base_image(step.stage)
-        if base is None or not NGC_PYTORCH.match(base):
-            continue
+    for step, base in _steps_on(ctx, lambda image: bool(NGC_PYTORCH.match(image))):
         for inst in step.installs:
             if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "sync"):
                 continue
@@ -1098,8 +1102,7 @@ def torch_on_ngc(ctx: Context) -> Iterator[Hit]:
                 continue
             if inst.has("--constraint", "--constraints"):
                 continue
-            env_var = "PIP_CONSTRAINT" if inst.tool == "pip" else "UV_CONSTRAINT"
-            if _env_has(inst.env, env_var):
+            if _env_has(inst.env, _constraint_var(inst)):
                 continue
             yield Hit(
                 inst.line,
@@ -1263,6 +1266,11 @@ def nvidia_docker(ctx: Context) -> Iterator[Hit]:
 _TORCH_PINNERS = frozenset({"vllm", "xformers", "sglang", "lmdeploy", "tensorrt-llm", "unsloth"})
 
 
+def _ngc_with_constraints(base: str | None) -> TypeGuard[str]:
+    """An NGC PyTorch image that ships pip constraints (or one of an unknown release, which may)."""
+    return base is not None and bool(NGC_PYTORCH.match(base)) and _ngc_constraints(base) is not False
+
+
 def _ngc_constraints(image: str) -> bool | None:
     """Whether an NGC PyTorch image ships /etc/pip/constraint.txt (None: release unknown)."""
     from torchkiln.knowledge import load_knowledge
@@ -1281,7 +1289,7 @@ def _constrained(inst: Install) -> bool:
     if inst.has("--constraint", "--constraints", "--no-deps"):
         return True
     env = {**inst.env, **inst.command.assigned()}
-    return _env_has(env, "PIP_CONSTRAINT" if inst.tool == "pip" else "UV_CONSTRAINT")
+    return _env_has(env, _constraint_var(inst))
 
 
 @rule(
@@ -1308,11 +1316,7 @@ def _constrained(inst: Install) -> bool:
 def torch_replaced(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
-    for step in ctx.steps:
-        base = ctx.df.base_image(step.stage)
-        if not base_ships_torch(base):
-            continue
-        assert base is not None
+    for step, base in _steps_on(ctx, base_ships_torch):
         if ctx.torch_installed_by_dockerfile(step):
             continue  # the Dockerfile chose its own torch: the pins were meant for it
         for inst in step.installs:
@@ -1353,26 +1357,16 @@ def pip_constraint_cleared(ctx: Context) -> Iterator[Hit]:
         return
     for st in ctx.df.stages:
         base = ctx.df.base_image(st)
-        if base is None or not NGC_PYTORCH.match(base) or _ngc_constraints(base) is False:
+        if not _ngc_with_constraints(base):
             continue
         for ins in st.instructions:
-            pairs: list[tuple[str, str | None]] = []
-            if ins.keyword == "ENV":
-                pairs = list(env_pairs(ins))
-            elif ins.keyword == "ARG":
-                pairs = list(arg_pairs(ins))
-            for k, v in pairs:
+            for k, v in _defined_pairs(ins):
                 if k == "PIP_CONSTRAINT" and v is not None and not v.strip():
                     yield Hit(ins.line, f"{ins.keyword} PIP_CONSTRAINT=\"\" turns off {base}'s pip constraints", stage=st.label)
-    for step in ctx.steps:
-        base = ctx.df.base_image(step.stage)
-        if base is None or not NGC_PYTORCH.match(base) or _ngc_constraints(base) is False:
-            continue
+    for step, base in _steps_on(ctx, _ngc_with_constraints):
         for cmd, _, _ in step.commands:
-            words = list(cmd.assignments) + (list(cmd.words[1:]) if cmd.name == "export" else [])
-            for w in words:
-                pair = split_assignment(w.text)
-                if pair and pair[0] == "PIP_CONSTRAINT" and not pair[1].strip():
+            for _w, name, value in _assignments(cmd, ("export",)):
+                if name == "PIP_CONSTRAINT" and not value.strip():
                     yield Hit(cmd.line, f"PIP_CONSTRAINT= turns off {base}'s pip constraints", stage=step.stage.label)
 
 
@@ -1503,9 +1497,7 @@ def torch_toolkit_mismatch(ctx: Context) -> Iterator[Hit]:
 def cuda_compat(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
-    for step in ctx.steps:
-        if not ctx.in_final_chain(step.stage):
-            continue
+    for step in _final_steps(ctx):
         for cmd, _, _ in step.commands:
             if cmd.name == "ldconfig" and any("/compat" in w.text and "cuda" in w.text for w in cmd.words[1:]):
                 yield Hit(cmd.line, "ldconfig registers the CUDA compat libcuda for every process", stage=step.stage.label)
@@ -1583,11 +1575,7 @@ def setup_py_install(ctx: Context) -> Iterator[Hit]:
         if b.label.startswith("the setup.py build"):
             continue  # an unnamed project (torch itself, a repo's own kernels): not a known extension
         if b.install.tool == "setup.py" and b.install.sub in ("install", "develop"):
-            yield Hit(
-                b.install.line,
-                f"{b.label} is built and installed with `setup.py {b.install.sub}`",
-                stage=b.step.stage.label,
-            )
+            yield b.hit(f"{b.label} is built and installed with `setup.py {b.install.sub}`")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1616,9 +1604,7 @@ _RPM_CACHE = ("/var/cache/dnf", "/var/cache/yum", "/var/cache/libdnf5")
     ),
 )
 def rpm_apk_cache(ctx: Context) -> Iterator[Hit]:
-    for step in ctx.steps:
-        if not ctx.in_final_chain(step.stage):
-            continue
+    for step in _final_steps(ctx):
         targets = [t.rstrip("/") for t in step.cache_targets()]
         for inst in step.installs:
             if inst.tool == "dnf":
@@ -1660,11 +1646,11 @@ def shell_syntax(ctx: Context) -> Iterator[Hit]:
         return
     for ins in ctx.df.instructions():
         if ins.keyword in ("ENV", "ARG", "LABEL"):
-            raw: list[tuple[str, str | None]] = (
-                [(k, ins.original) for k, _ in arg_pairs(ins)][:1]
-                if ins.keyword == "ARG"
-                else [(ins.args[i], ins.args[i + 1]) for i in range(0, len(ins.args) - 1, 2)]
-            )
+            raw: list[tuple[str, str | None]]
+            if ins.keyword == "ARG":
+                raw = [(k, ins.original) for k, _ in list(arg_pairs(ins))[:1]]
+            else:
+                raw = [(ins.args[i], ins.args[i + 1]) for i in range(0, len(ins.args) - 1, 2)]
             for k, v in raw:
                 if v is not None and _unclosed_quote(v):
                     yield Hit(
