@@ -55,6 +55,24 @@ def test_summary(cpu_build: Any) -> None:
     assert d["cache_hits"] + d["cache_misses"] == len([x for x in d["steps"] if not x["name"].startswith("FROM")])
 
 
+def test_the_sbom_lists_what_the_venv_s_own_python_lists(cpu_build: Any) -> None:
+    """The SBOM's distributions are read in place from docker's storage (no container); the venv's
+    own ``importlib.metadata`` in a container must list exactly the same."""
+    from torchkiln.build.execute import installed_distributions
+    from torchkiln.images.storage import locate_in_engine
+    from torchkiln.provenance import SBOM_SCRIPT
+
+    engine, image = cpu_build.engine, cpu_build.ref
+    stored, why = locate_in_engine(engine, image, engine.inspect_image(image), "auto", direct_hint="")
+    assert stored is not None, why  # root and overlay2 here: the in-place path is the one tested
+    in_place = installed_distributions(engine, image)
+    listed = json.loads(cpu_build.run("/opt/venv/bin/python", "-c", SBOM_SCRIPT).stdout)
+    assert in_place == listed
+    assert {d["name"].lower() for d in listed} >= {"torch", "six", "numpy"}
+    sbom = json.loads(Path(cpu_build.summary.sbom).read_text())
+    assert len(sbom["components"]) == len(listed)
+
+
 def test_runs_as_non_root(cpu_build: Any) -> None:
     details = cpu_build.engine.inspect_image(cpu_build.ref)
     assert details.user not in ("", "0", "root", "0:0")

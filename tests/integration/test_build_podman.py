@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,12 @@ def test_cpu_example_builds_and_runs_with_podman(
     assert r.stdout.strip().splitlines()[-1] == "2.13.0+cpu"
     uid = podman_engine.run(tag, ["id", "-u"], check=False)
     assert uid.stdout.strip() not in ("", "0")
+    # the SBOM's distributions, read in place from podman's storage, are what the venv lists itself
+    from torchkiln.build.execute import installed_distributions
+    from torchkiln.provenance import SBOM_SCRIPT
+
+    listed = podman_engine.run(tag, ["/opt/venv/bin/python", "-c", SBOM_SCRIPT], check=False, entrypoint="")
+    assert installed_distributions(podman_engine, tag) == json.loads(listed.stdout)
 
     # an app edit: podman's layer cache keeps the torch step
     app = spec.parent / "apps" / "cpu_app.py"

@@ -27,9 +27,9 @@ from torchkiln.build.bootstrap import base_for_platform
 from torchkiln.build.context import fetch_uv
 from torchkiln.build.emulation import builds_here, host_platform, require_emulation
 from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
-from torchkiln.contract import BASE_LABEL_PREFIX
+from torchkiln.contract import BASE_LABEL_PREFIX, VENV
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
-from torchkiln.errors import BuildError, InputError, LockError, ResolveError
+from torchkiln.errors import BuildError, InputError, KilnError, LockError, ResolveError
 from torchkiln.images.sif import is_sif
 from torchkiln.load import engine_facts, load_plan
 from torchkiln.provenance import (
@@ -367,17 +367,36 @@ def _base_digest(engine: Any, base: str) -> str:
     return base_digest(base, engine.inspect_image(base).repo_digests)
 
 
-def record_sbom(engine: Engine, inv: BuildInvocation, image_id: str) -> str | None:
-    """Write the built image's SBOM beside it (``torchkiln.provenance``); its path, None when the image
-    has no Python venv to read."""
+def installed_distributions(engine: Engine, image: str) -> list[dict[str, Any]] | None:
+    """What the image's venv holds, for its SBOM: read in place from the engine's storage where it
+    can be (no container: ~0.5 s less per build here, far more for an emulated arm64 image), else
+    listed by the venv's own Python in a container. None when the image has no venv to read."""
     import json
 
-    r = engine.run(inv.image, ["/opt/venv/bin/python", "-c", SBOM_SCRIPT], check=False, entrypoint="")
+    from torchkiln.engines.engine import StoreEngine
+    from torchkiln.images.dists import venv_distributions
+    from torchkiln.images.storage import locate_in_engine
+
+    if isinstance(engine, StoreEngine):
+        try:
+            stored, _ = locate_in_engine(engine, image, engine.inspect_image(image), "auto", direct_hint="")
+            if stored is not None:
+                return venv_distributions(stored.layer_dirs, VENV)
+        except (KilnError, OSError):
+            pass  # the container below answers instead
+    r = engine.run(image, [f"{VENV}/bin/python", "-c", SBOM_SCRIPT], check=False, entrypoint="")
     try:
         dists = json.loads(r.stdout) if r.returncode == 0 else None
     except ValueError:  # something in the image printed more than the script's JSON
         dists = None
-    if not isinstance(dists, list):
+    return dists if isinstance(dists, list) else None
+
+
+def record_sbom(engine: Engine, inv: BuildInvocation, image_id: str) -> str | None:
+    """Write the built image's SBOM beside it (``torchkiln.provenance``); its path, None when the image
+    has no Python venv to read."""
+    dists = installed_distributions(engine, inv.image)
+    if dists is None:
         return None
     locked: dict[tuple[str, str], list[str]] | None = None
     if inv.lock is not None:
