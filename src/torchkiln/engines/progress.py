@@ -42,8 +42,9 @@ _BK_STAGE = re.compile(r"^(?P<stage>\S+) \d+/\d+$")
 _BK_SINGLE = re.compile(r"^\d+/\d+$")
 
 
-class BuildKitProgress:
-    """Feed ``--progress=plain`` lines; read ``steps`` (in order of appearance) and ``failed``."""
+class _StepParser:
+    """What both parsers keep: the steps by id (in order of appearance), the failing one, and where
+    events go."""
 
     def __init__(self, emit: Callable[[BuildEvent], None] | None = None) -> None:
         self._emit = emit
@@ -57,6 +58,10 @@ class BuildKitProgress:
     def _event(self, rec: StepRecord, line: str | None = None) -> None:
         if self._emit is not None:
             self._emit(BuildEvent(rec.step, rec.stage, rec.name, rec.status, rec.seconds, line))
+
+
+class BuildKitProgress(_StepParser):
+    """Feed ``--progress=plain`` lines; read ``steps`` (in order of appearance) and ``failed``."""
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\r\n")
@@ -151,27 +156,17 @@ _PM_ERROR = re.compile(r"^Error: (?P<msg>.*)$")
 _PM_FROM_AS = re.compile(r"^FROM\s+\S+(?:\s+AS\s+(?P<name>\S+))?", re.IGNORECASE)
 
 
-class PodmanProgress:
+class PodmanProgress(_StepParser):
     """Feed ``podman build`` output lines; step times are measured between lines as they arrive."""
 
     def __init__(
         self, emit: Callable[[BuildEvent], None] | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._emit = emit
+        super().__init__(emit)
         self._clock = clock
-        self._steps: dict[str, StepRecord] = {}
         self._stage_names: dict[str, str] = {}
         self._current: StepRecord | None = None
         self._started = 0.0
-        self.failed: StepRecord | None = None
-
-    @property
-    def steps(self) -> tuple[StepRecord, ...]:
-        return tuple(self._steps.values())
-
-    def _event(self, rec: StepRecord, line: str | None = None) -> None:
-        if self._emit is not None:
-            self._emit(BuildEvent(rec.step, rec.stage, rec.name, rec.status, rec.seconds, line))
 
     def _close(self, status: str) -> None:
         rec = self._current

@@ -190,6 +190,14 @@ class ForwardReader(io.RawIOBase):
             self._buf[:n] = self._buf[self._lo:self._hi]
             self._lo, self._hi = 0, n
         view = memoryview(self._buf)[self._hi:]
+        got = self._read_once(view)
+        view.release()
+        self._hi += got
+        return got
+
+    def _read_once(self, view: memoryview) -> int:
+        """One read from the source into ``view`` (a pipe's ``readv``, or the object's ``read``); 0 at
+        the end of the stream, which is then marked."""
         if self._fd >= 0:
             got = os.readv(self._fd, [view])
         else:
@@ -197,11 +205,16 @@ class ForwardReader(io.RawIOBase):
             data = self._src.read(len(view))
             got = len(data)
             view[:got] = data
-        view.release()
         if got == 0:
             self._eof = True
-        self._hi += got
         return got
+
+    def _read_into(self, view: memoryview, n: int) -> int:
+        """Fill ``view`` from byte ``n`` on straight from the source, past the buffer, until it is full
+        or the stream ends; returns how much of it is filled."""
+        while n < len(view) and not self._eof:
+            n += self._read_once(view[n:])
+        return n
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
@@ -228,17 +241,7 @@ class ForwardReader(io.RawIOBase):
         out_buf[:n] = self._buf[self._lo:self._hi]
         self._lo = self._hi = 0
         view = memoryview(out_buf)
-        while n < size and not self._eof:
-            if self._fd >= 0:
-                got = os.readv(self._fd, [view[n:]])
-            else:
-                assert self._src is not None
-                data = self._src.read(size - n)
-                got = len(data)
-                view[n:n + got] = data
-            if got == 0:
-                self._eof = True
-            n += got
+        n = self._read_into(view, n)
         view.release()
         self._pos += n
         return bytes(out_buf) if n == size else bytes(out_buf[:n])
@@ -251,17 +254,7 @@ class ForwardReader(io.RawIOBase):
         n = min(size, self._hi - self._lo)
         view[:n] = self._buf[self._lo:self._lo + n]
         self._lo += n
-        while n < size and not self._eof:
-            if self._fd >= 0:
-                got = os.readv(self._fd, [view[n:]])
-            else:
-                assert self._src is not None
-                data = self._src.read(size - n)
-                got = len(data)
-                view[n:n + got] = data
-            if got == 0:
-                self._eof = True
-            n += got
+        n = self._read_into(view, n)
         view.release()
         self._pos += n
         return n
