@@ -26,6 +26,10 @@ TOKEN_SHAPES = re.compile(
 # only percent-encoded, but be generous: stop at whitespace, quotes and '/'). The scheme itself is not
 # required: a mistyped URL ("https[://u:p@h", "https:/u:p@h") still carries a real password.
 _URL_USERINFO = re.compile(r"(?P<scheme>:/{1,3})(?P<info>[^/\s'\"<>]*)@")
+#: ``user:password@host`` with no URL around it, or a mangled one (a quote or bracket typed into the
+#: scheme or the user name): the password is masked wherever that shape stands. Not an image digest
+#: (``python:3.11@sha256:…``), which has the shape but no secret.
+_USER_PASSWORD_AT = re.compile(r"(?P<user>[^\s:/@'\"<>\[\]{}]*):(?P<password>[^\s/@]+)@(?=[\w\[])(?!sha\d+:)")
 #: user names kept as they are when they carry no password (ssh://git@host, https://oauth2@…)
 _PLAIN_USER = re.compile(r"^[a-z][a-z0-9._-]{0,15}$")
 
@@ -43,10 +47,19 @@ def _userinfo(m: re.Match[str]) -> str:
     return f"{m.group('scheme')}{MASK}@"
 
 
+def _password(m: re.Match[str]) -> str:
+    password = m.group("password")
+    if password == MASK or re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", password):
+        return m.group(0)
+    return f"{m.group('user')}:{MASK}@"
+
+
 def redact(text: str) -> str:
     """``text`` with every credential masked; text without one is returned unchanged."""
     if "@" in text:
         text = _URL_USERINFO.sub(_userinfo, text)
+        if ":" in text:
+            text = _USER_PASSWORD_AT.sub(_password, text)
     return TOKEN_SHAPES.sub(MASK, text)
 
 

@@ -129,7 +129,10 @@ def test_credentials_outside_sources_are_refused_and_masked(capsys, tmp_path: Pa
         assert SECRET not in out + err
 
 
-@pytest.mark.parametrize("url", ["https[://bob:{s}@host/x", "https:/bob:{s}@host/x", "htt ps://bob:{s}@host/x"])
+@pytest.mark.parametrize("url", ["https[://bob:{s}@host/x", "https:/bob:{s}@host/x", "htt ps://bob:{s}@host/x",
+                                 # found by the long fuzz run: a bracket or quote typed into the URL
+                                 "git+https:[//oauth2:{s}@host/x.git", "git+https://o[auth2:{s}@host/x.git",
+                                 "git+https://oauth2:{s}[@host/x.git"])
 def test_mistyped_urls_with_a_password_are_masked(capsys, tmp_path: Path, url: str) -> None:
     # found by the CLI fuzz test: a mangled scheme hid the password from the URL pattern, and the
     # validation error quoted the value back
@@ -139,6 +142,16 @@ def test_mistyped_urls_with_a_password_are_masked(capsys, tmp_path: Path, url: s
         code, out, err = run(capsys, "resolve", str(p), *extra)
         assert code == 3, err
         assert SECRET not in out + err
+
+
+def test_a_password_is_masked_wherever_user_password_at_host_stands() -> None:
+    from torchkiln.redact import redact
+
+    for text in ('"oauth2:{s}@gitlab.example.com', "x://\"bob:{s}@host", "oauth2:PL\"{s}@host", "a 'u:{s}@h' b"):
+        assert SECRET not in redact(text.format(s=SECRET)), text
+    # an image digest has the shape and no secret
+    for text in ("kiln-base:bookworm@sha256:" + "a" * 64, "user@example.com", "https://u:${TOKEN}@h/simple"):
+        assert redact(text) == text
 
 
 def test_error_messages_are_redacted(capsys, tmp_path: Path) -> None:
