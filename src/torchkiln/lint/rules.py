@@ -1072,6 +1072,44 @@ def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
 # KL013
 
 
+#: the torch family the NGC PyTorch image ships (its own builds; torchaudio is not among them, so a
+#: bare `pip install torchaudio` there installs it and its exact torch pin). The uninstall list of
+#: volcengine/verl's docker/Dockerfile.ngc.vllm names torch and torchvision from the image.
+_NGC_SHIPS = frozenset({"torch", "torchvision"})
+#: options that make pip / uv replace a package that is already installed
+_REPLACING = ("--upgrade", "--force-reinstall", "--ignore-installed", "--reinstall", "--reinstall-package", "--upgrade-package")
+
+
+def _keeps_installed(ctx: Context, step: Step, inst: Install, name: str) -> bool:
+    """Whether ``pip install NAME`` / ``uv pip install NAME`` leaves the base image's NAME in place:
+    a bare name (no version, URL or extras) without -U / --force-reinstall / -I / --reinstall is
+    "Requirement already satisfied" for an installed distribution of any version, pre-releases and
+    NGC's local versions (2.8.0a0+...) included, unless an earlier command uninstalled it."""
+    if inst.sub != "install" or inst.has(*_REPLACING):
+        return False
+    same = [r for r in inst.reqs if r.name == name]
+    if not same or not all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in same):
+        return False
+    return not _uninstalled_before(ctx, step, inst, name)
+
+
+def _uninstalled_before(ctx: Context, step: Step, inst: Install, name: str) -> bool:
+    """Whether a `pip uninstall` / `uv pip uninstall` of ``name`` runs before ``inst`` in its stage chain."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > step.ins.line:
+            continue
+        for cmd, _env, _cwd in st.commands:
+            if st is step and cmd is inst.command:
+                break
+            argv = [a.lower() for a in cmd.argv]
+            if "uninstall" in argv and any(a.rsplit("/", 1)[-1].startswith(("pip", "uv")) for a in argv[:3]):
+                if name in (a.replace("_", "-") for a in argv):
+                    return True
+    return False
+
+
 @rule(
     "KL013",
     "torch-over-ngc-build",
@@ -1097,7 +1135,9 @@ def torch_on_ngc(ctx: Context) -> Iterator[Hit]:
         for inst in step.installs:
             if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "sync"):
                 continue
-            torch = sorted(inst.names & TORCH_FAMILY)
+            torch = sorted(
+                n for n in inst.names & TORCH_FAMILY if not (n in _NGC_SHIPS and _keeps_installed(ctx, step, inst, n))
+            )
             if not torch:
                 continue
             if inst.has("--constraint", "--constraints"):
