@@ -873,7 +873,45 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         if inst.tool == "uv" and inst.values("--no-build-isolation-package"):
             continue
+        if b.label == "apex" and _legacy_apex(b):
+            continue
         yield b.hit(f"{b.label} is built in an isolated environment without your torch (no --no-build-isolation)")
+
+
+_MOVING_REFS = frozenset({"", "master", "main", "head"})
+
+
+def _legacy_apex(b: ExtBuild) -> bool:
+    """apex pinned to a fixed commit or tag and built with `--global-option` / `--install-option`: the
+    README's command from before apex had a pyproject.toml (added in 2023, when the README moved to
+    `--no-build-isolation --config-settings`). Without a pyproject.toml pip runs its setup.py in the
+    current environment, torch included, so there is no isolation to warn about; the two such real
+    files (NeMo's apex@3c19f10, Lightning's apex@705cba9, both 2020-2022) build fine. A checkout of
+    the moving default branch stays reported (axolotl's `git clone` of HEAD)."""
+    inst = b.install
+    if not inst.has("--global-option", "--install-option"):
+        return False
+    for r in inst.reqs:
+        if r.kind == "vcs" and "apex" in r.text.lower():
+            ref = r.text.split("#", 1)[0].split("://", 1)[-1]
+            ref = ref.rsplit("@", 1)[1] if "@" in ref.split("/", 1)[-1] else ""
+            if ref.lower() not in _MOVING_REFS:
+                return True
+    for cmd, _env, _cwd in b.step.commands:
+        if cmd is inst.command:
+            break
+        argv = list(cmd.argv)
+        if argv[:1] != ["git"]:
+            continue
+        if "checkout" in argv:
+            ref = next((a for a in argv[argv.index("checkout") + 1 :] if not a.startswith("-")), "")
+            if ref.lower() not in _MOVING_REFS:
+                return True
+        if "clone" in argv and "apex" in " ".join(argv).lower():
+            for flag in ("-b", "--branch"):
+                if flag in argv[:-1] and argv[argv.index(flag) + 1].lower() not in _MOVING_REFS:
+                    return True
+    return False
 
 
 @rule(
