@@ -201,7 +201,28 @@ def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb
         problems.append(
             f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver {spec.gpu.min_driver}"
         )
-    return problems
+    return problems + _gpu_driver_problems(spec, targets, kb)
+
+
+def _gpu_driver_floors(targets: tuple[_Target, ...], kb: Knowledge) -> list[tuple[_Target, str, str, str]]:
+    """(target, driver, CUDA, source) for each target whose architecture needs a newer driver than
+    CUDA 11.7's (Ada and Hopper: R520, Blackwell: R570, ...)."""
+    out = []
+    for t in targets:
+        floor = kb.gpu_driver_floor(t.capability)
+        if floor is not None:
+            out.append((t, *floor))
+    return out
+
+
+def _gpu_driver_problems(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
+    """Targets the spec's ``min_driver`` cannot run at all, whatever the image holds."""
+    if spec.gpu.min_driver is None:
+        return []
+    return [f"{t.name} needs driver {driver} or newer (the first driver that knows compute capability "
+            f"{t.capability}, shipped with CUDA {cuda}), but the image must run on driver {spec.gpu.min_driver}"
+            for t, driver, cuda, _src in _gpu_driver_floors(targets, kb)
+            if _driver_key(spec.gpu.min_driver) < _driver_key(driver)]
 
 
 def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -268,7 +289,7 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
                             f"{t.name} would run torch's PTX, which the driver must JIT-compile: PTX from "
                             f"CUDA {c.cuda} needs driver {toolkit[0]}, newer than {spec.gpu.min_driver}"
                         )
-    return problems
+    return problems + _gpu_driver_problems(spec, targets, kb)
 
 
 def _extension_problems(
@@ -438,6 +459,16 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
             if moved is not None and not _fits(c, moved, targets, kb):
                 text, patch = _torch_idea(c)
                 yield "python", f'[python] version = "{v}" with {text}', {**patch, "python": {"version": v}}
+    too_new = [(t, driver) for t, driver, _cuda, _src in _gpu_driver_floors(targets, kb)
+               if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(driver)]
+    if too_new:
+        needed = max((d for _, d in too_new), key=_driver_key)
+        yield "driver", f'[gpu] min_driver = "{needed}" (the oldest driver that knows every target)', {
+            "gpu": {"min_driver": needed}}
+        keep = [t.name for t in targets if t not in {x for x, _ in too_new}]
+        if keep:
+            yield ("drop targets", f"drop {', '.join(t.name for t, _ in too_new)} from [gpu] targets "
+                   f"(targets = {keep})", {"gpu": {"targets": keep}})
     uncovered = [t for t in targets if any(f"kernel image for {t.name} " in p for p in problems)]
     keep = [t.name for t in targets if t not in uncovered]
     if uncovered and keep:
@@ -969,10 +1000,14 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         min_driver, min_driver_source = kb.driver_floor(chosen.cuda)
         major = chosen.cuda.split(".")[0]
         require = f"cuda>={major}.0"
-        decisions.append(Decision(
-            "driver floor", min_driver,
-            f"CUDA {chosen.cuda} runs on any driver of the CUDA {major} family (minor-version compatibility); "
-            f"NVIDIA_REQUIRE_CUDA={require}", min_driver_source))
+        why = (f"CUDA {chosen.cuda} runs on any driver of the CUDA {major} family (minor-version compatibility); "
+               f"NVIDIA_REQUIRE_CUDA={require}")
+        gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if _driver_key(f[1]) > _driver_key(min_driver)]
+        if gpu_floors:
+            t, min_driver, first, min_driver_source = max(gpu_floors, key=lambda f: _driver_key(f[1]))
+            why += (f"; but {t.name} (compute capability {t.capability}) needs {min_driver}, the first driver "
+                    f"that knows it (CUDA {first})")
+        decisions.append(Decision("driver floor", min_driver, why, min_driver_source))
 
     # extensions
     ext_plans = [

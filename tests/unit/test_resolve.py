@@ -171,3 +171,30 @@ def test_examples_resolve_fast(path: Path) -> None:
     p = resolve(spec, load_knowledge())
     assert time.perf_counter() - start < 1.0
     assert p.image_ref
+
+
+# -- a GPU's own driver floor: a driver older than the GPU's architecture does not know it ----------
+
+
+def test_blackwell_targets_need_the_r570_driver_whatever_the_cuda_family_allows() -> None:
+    p = plan(torch={"version": "2.7.0", "cuda": "auto"}, gpu={"targets": ["RTX 5090"]})
+    assert p.torch.variant == "cu128" and p.min_driver == "570.26"  # not CUDA 12's 525.60.13
+    e = fails(torch={"version": "2.7.0", "cuda": "12.8"}, gpu={"targets": ["RTX 5090"], "min_driver": "535.104"})
+    assert "RTX 5090 needs driver 570.26 or newer" in e.message and "CUDA 12.8" in e.message
+    assert {"gpu": {"min_driver": "570.26"}} in e.fixes
+    e = fails(torch={"version": "2.7.0", "cuda": "12.8"},
+              gpu={"targets": ["RTX 5090", "A100"], "min_driver": "535.104"})
+    assert {"gpu": {"targets": ["A100"]}} in e.fixes  # the A100 runs on R535
+
+
+def test_driver_floors_follow_the_first_toolkit_of_each_architecture() -> None:
+    from torchkiln.arch import Capability
+
+    kb = load_knowledge()
+    floors = {c: kb.gpu_driver_floor(Capability.parse(c)) for c in ("7.0", "8.0", "8.9", "9.0", "10.0", "10.3", "12.0")}
+    assert floors["7.0"] is None and floors["8.0"] is None  # older than every driver a CUDA 11.7+ build needs
+    assert floors["8.9"][:2] == floors["9.0"][:2] == ("520.61.05", "11.8")  # Ada, Hopper: CUDA 11.8
+    assert floors["10.0"][:2] == floors["12.0"][:2] == ("570.26", "12.8")  # Blackwell: CUDA 12.8
+    assert floors["10.3"][:2] == ("575.51.03", "12.9")  # Blackwell Ultra (GB300): CUDA 12.9
+    # an old driver and an old GPU stay fine
+    assert plan(torch={"version": "2.7.0", "cuda": "11.8"}, gpu={"targets": ["A100"], "min_driver": "470.57"})

@@ -197,6 +197,8 @@ class Knowledge:
     prebuilt: tuple[Prebuilt, ...] = ()
     toolchains: tuple[Toolchain, ...] = ()
     torch_source: TorchSource | None = None
+    #: "12.0" -> ("12.8", source): the first toolkit that knows an architecture (cuda.toml ``added``)
+    arch_first_cuda: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     # -- torch ----------------------------------------------------------------------------------
     def release_of(self, version: str) -> TorchRelease | None:
@@ -260,6 +262,20 @@ class Knowledge:
         if major not in self.family_floor:
             raise ResolveError(f"no driver data for CUDA {cuda}.", hint="Choose a CUDA 11, 12 or 13 variant.")
         return self.family_floor[major]
+
+    def gpu_driver_floor(self, capability: Capability) -> tuple[str, str, str] | None:
+        """(driver, CUDA, source): the oldest driver that knows a GPU of this compute capability.
+
+        A GPU runs only on drivers released after its architecture: the driver of the first CUDA
+        toolkit that compiles for it (FEAT's ranges, CTK's drivers), e.g. 570.26 (CUDA 12.8) for
+        Blackwell. None for architectures that no toolkit row lists as ``added`` (older than every
+        driver a CUDA 11.7+ build needs).
+        """
+        first = self.arch_first_cuda.get(str(capability))
+        if first is None or first[0] not in self.toolkit_driver:
+            return None
+        driver, driver_src = self.toolkit_driver[first[0]]
+        return driver, first[0], f"{driver_src}; {first[1]}"
 
     def toolkit_max_target(self, cuda: str) -> tuple[Capability, Capability] | None:
         """(oldest, newest) capability this toolkit compiles for (the newest row not newer than cuda)."""
@@ -379,6 +395,9 @@ def load_knowledge() -> Knowledge:
         toolkit_targets=tuple(
             (r["cuda"], Capability.parse(r["min"]), Capability.parse(r["max"]), r["source"]) for r in c["targets"]
         ),
+        arch_first_cuda={
+            str(Capability.parse(a)): (r["cuda"], r["source"]) for r in c["targets"] for a in r.get("added", ())
+        },
         extensions=extensions,
         ngc=ngc,
         sources=_load("sources.toml"),

@@ -166,7 +166,7 @@ LABEL org.opencontainers.image.title="acme/torch-src" \
       io.torchkiln.arch-list="7.0;10.0+PTX" \
       io.torchkiln.wheel-arch-list="7.0;10.0+PTX" \
       io.torchkiln.targets="V100=7.0,B200=10.0" \
-      io.torchkiln.min-driver="525.60.13"
+      io.torchkiln.min-driver="570.26"
 WORKDIR /workspace
 USER 1000:1000
 CMD ["bash"]
@@ -194,7 +194,7 @@ LABEL org.opencontainers.image.title="acme/torch-src" \
       io.torchkiln.arch-list="7.0;10.0+PTX" \
       io.torchkiln.wheel-arch-list="7.0;10.0+PTX" \
       io.torchkiln.targets="V100=7.0,B200=10.0" \
-      io.torchkiln.min-driver="525.60.13"
+      io.torchkiln.min-driver="570.26"
 WORKDIR /workspace
 USER 1000:1000
 CMD ["python"]
