@@ -687,12 +687,17 @@ def _env_true(env: Mapping[str, str | None], name: str) -> bool:
     return v is not None and v.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _cuda_signal(env: Mapping[str, str | None], inst: Install) -> bool:
+def _cuda_signal(env: Mapping[str, str | None], inst: Install, image_env: Mapping[str, str | None]) -> bool:
+    """Evidence that an unnamed project (a path, a setup.py) compiles CUDA code: a build switch
+    (FORCE_CUDA=1, --cuda_ext, ...), or TORCH_CUDA_ARCH_LIST set for this RUN. An image-wide ENV/ARG
+    TORCH_CUDA_ARCH_LIST is no such evidence: images set it for the kernels JIT-compiled at run time
+    (sglang's Dockerfile.gb200 sets it and then installs its pure-Python package with `pip install -e`)."""
     if any(_CUDA_SIGNALS.match(k) and _env_true(env, k) for k in env):
         return True
     opts = " ".join(inst.values("--config-settings", "--global-option", "--build-option", "--install-option"))
     argv = " ".join(inst.command.argv)
-    return "--cuda_ext" in opts or "--cuda_ext" in argv or "TORCH_CUDA_ARCH_LIST" in env
+    arch = "TORCH_CUDA_ARCH_LIST"
+    return "--cuda_ext" in opts or "--cuda_ext" in argv or (arch in env and (arch not in image_env or env[arch] != image_env[arch]))
 
 
 def extension_builds(ctx: Context) -> Iterator[ExtBuild]:
@@ -702,7 +707,7 @@ def extension_builds(ctx: Context) -> Iterator[ExtBuild]:
             inst = next((i for i in step.installs if i.command is cmd), None)
             if inst is None:
                 continue
-            label = _extension_label(inst, env, cwd)
+            label = _extension_label(inst, env, cwd, step.env)
             if label is None:
                 continue
             arch_vars = _SDIST_EXTENSIONS.get(label, ("TORCH_CUDA_ARCH_LIST",))
@@ -719,7 +724,9 @@ def _repo_name(where: str) -> str:
     return w.rsplit("/", 1)[-1]
 
 
-def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | None) -> str | None:
+def _extension_label(
+    inst: Install, env: Mapping[str, str | None], cwd: str | None, image_env: Mapping[str, str | None]
+) -> str | None:
     if any(_SKIP_CUDA.match(k) and (env.get(k) or "").upper() == "TRUE" for k in env):
         return None  # the package's setup.py compiles nothing
     if inst.tool == "setup.py":
@@ -729,7 +736,7 @@ def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | No
         m = _EXTENSION_REPOS.search(_repo_name(where)) if where else None
         if m:
             return m.group(1).lower()
-        return f"the setup.py build in {where or 'the working directory'}" if _cuda_signal(env, inst) else None
+        return f"the setup.py build in {where or 'the working directory'}" if _cuda_signal(env, inst, image_env) else None
     if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "wheel"):
         return None
     no_binary = " ".join(inst.values("--no-binary"))
@@ -748,7 +755,7 @@ def _extension_label(inst: Install, env: Mapping[str, str | None], cwd: str | No
             m = _EXTENSION_REPOS.search(r.name or "") or _EXTENSION_REPOS.search(_repo_name(where))
             if m and not (m.group(1).lower() == "deepspeed" and not any(k.startswith("DS_BUILD_") for k in env)):
                 return m.group(1).lower()
-            if r.kind == "path" and _cuda_signal(env, inst):
+            if r.kind == "path" and _cuda_signal(env, inst, image_env):
                 return f"{r.text} (CUDA extension)"
     return None
 
