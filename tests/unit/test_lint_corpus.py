@@ -50,3 +50,28 @@ def test_the_docs_carry_the_generated_measurement() -> None:
     block = doc.split("<!-- lint_corpus:start", 1)[1].split("<!-- lint_corpus:end -->", 1)[0]
     rows = _rows("verdicts.tsv")
     assert f"{len(rows)} findings" in block
+
+
+def test_the_heldout_set_is_complete_and_separate_from_the_corpus() -> None:
+    """The held-out files (judged after the corpus, on rules not tuned on them) have their origin and
+    valid verdicts, none of them is in the first corpus, and docs/lint.md carries their measurement."""
+    rows = _rows("heldout.tsv")
+    assert len(rows) >= 12
+    files = {r["file"] for r in rows}
+    assert len(files) == len(rows)
+    assert not files & {r["file"] for r in _rows("manifest.tsv")}
+    assert not {(r["repo"], r["path"]) for r in rows} & {(r["repo"], r["path"]) for r in _rows("manifest.tsv")}
+    for r in rows:
+        assert r["repo"] and r["path"] and len(r["commit"]) == 40, r
+    verdicts = _rows("heldout-verdicts.tsv")
+    assert verdicts
+    for r in verdicts:
+        assert r["file"] in files, r
+        assert int(r["line"]) >= 1
+        assert r["rule"] in RULES, r
+        assert r["verdict"] in ("true", "debatable", "false"), r
+        assert len(r["why"]) > 20, r
+    doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- lint_heldout:start", 1)[1].split("<!-- lint_heldout:end -->", 1)[0]
+    assert f"{len(verdicts)} findings" in block
+    assert f"{len(rows)} public ML/CUDA Dockerfiles" in block

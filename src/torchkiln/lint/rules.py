@@ -697,7 +697,8 @@ def _cuda_signal(env: Mapping[str, str | None], inst: Install, image_env: Mappin
     opts = " ".join(inst.values("--config-settings", "--global-option", "--build-option", "--install-option"))
     argv = " ".join(inst.command.argv)
     arch = "TORCH_CUDA_ARCH_LIST"
-    return "--cuda_ext" in opts or "--cuda_ext" in argv or (arch in env and (arch not in image_env or env[arch] != image_env[arch]))
+    arch_for_this_run = arch in env and (arch not in image_env or env[arch] != image_env[arch])
+    return "--cuda_ext" in opts or "--cuda_ext" in argv or arch_for_this_run
 
 
 def extension_builds(ctx: Context) -> Iterator[ExtBuild]:
@@ -736,7 +737,9 @@ def _extension_label(
         m = _EXTENSION_REPOS.search(_repo_name(where)) if where else None
         if m:
             return m.group(1).lower()
-        return f"the setup.py build in {where or 'the working directory'}" if _cuda_signal(env, inst, image_env) else None
+        if not _cuda_signal(env, inst, image_env):
+            return None
+        return f"the setup.py build in {where or 'the working directory'}"
     if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "wheel"):
         return None
     no_binary = " ".join(inst.values("--no-binary"))
@@ -1122,7 +1125,9 @@ def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
 #: volcengine/verl's docker/Dockerfile.ngc.vllm names torch and torchvision from the image.
 _NGC_SHIPS = frozenset({"torch", "torchvision"})
 #: options that make pip / uv replace a package that is already installed
-_REPLACING = ("--upgrade", "--force-reinstall", "--ignore-installed", "--reinstall", "--reinstall-package", "--upgrade-package")
+_REPLACING = (
+    "--upgrade", "--force-reinstall", "--ignore-installed", "--reinstall", "--reinstall-package", "--upgrade-package"
+)
 
 
 def _keeps_installed(ctx: Context, step: Step, inst: Install, name: str) -> bool:
