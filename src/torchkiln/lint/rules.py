@@ -223,11 +223,21 @@ def _removed_later(step: Step, inst: Install, path: str | None) -> bool:
                for cmd in _commands_after(step, inst))
 
 
+#: `~`, `$HOME` or `${HOME}` at the start of an rm argument, and the home folder a cache path starts in
+_HOME_WORD = re.compile(r"^(~|\$HOME|\$\{HOME\})(?=/|$)")
+_HOME_DIR = re.compile(r"^(/root|/home/[^/]+)(?=/|$)")
+
+
 def _same_dir(word: str, path: str) -> bool:
-    """``rm`` of ``path``, ``path/``, ``path/*`` or a parent folder of it removes the cache."""
-    w = word.rstrip("/")
+    """``rm`` of ``path``, ``path/``, ``path/*`` or a parent folder of it removes the cache. A
+    home-relative word (``rm -rf ~/.cache/pip``, ``$HOME/.cache``) is compared relative to the home
+    folder: the shell expands it to the home of the user the RUN runs as, where pip and uv keep
+    their caches."""
+    w = word.strip("\"'").rstrip("/")
     if w.endswith("/*"):
         w = w[:-2]
+    if _HOME_WORD.match(w) and _HOME_DIR.match(path):
+        w, path = _HOME_WORD.sub("~", w), _HOME_DIR.sub("~", path)
     return bool(w) and (w == path or path.startswith(w + "/"))
 
 
