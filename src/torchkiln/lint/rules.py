@@ -281,6 +281,36 @@ def _cache_ok(inst: Install, step: Step) -> bool:
     )
 
 
+#: a `no-cache-dir = ...` line of a pip configuration file (not the --no-cache-dir flag)
+_CONF_NO_CACHE = re.compile(r"(?<!-)no-cache-dir\s*=")
+
+
+def _pip_config_disables_cache(ctx: Context, step: Step, inst: Install) -> bool:
+    """pip's configuration turns its cache off before this install: `pip config set
+    global.no-cache-dir ...` in an earlier command of the stage chain, or a `no-cache-dir = ...` line
+    written into a pip.conf / pip.ini by one. pip reads any value of no-cache-dir from a
+    configuration file as "off" (pip docs, 'Configuration: boolean options'; pypa/pip#5011).
+    (`pip config set global.cache-dir false` does not: the cache goes to a folder named 'false',
+    apache/tvm#9862.)"""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > step.ins.line:
+            continue
+        text = "\n".join(sn.text for sn in st.snippets)
+        if ("pip.conf" in text or "pip.ini" in text) and _CONF_NO_CACHE.search(text):
+            return True
+        for cmd, _env, _cwd in st.commands:
+            if st is step and cmd is inst.command:
+                break
+            argv = list(cmd.argv)
+            if "config" in argv and "set" in argv[argv.index("config") :]:
+                key = next((a for a in argv[argv.index("set") + 1 :] if not a.startswith("-")), "")
+                if key.endswith(".no-cache-dir"):
+                    return True
+    return False
+
+
 @rule(
     "KL002",
     "pip-uv-cache-in-layer",
@@ -305,6 +335,8 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
     for step in _final_steps(ctx):
         for inst in step.installs:
             if inst.tool not in ("pip", "uv") or inst.sub == "download" or _cache_ok(inst, step):
+                continue
+            if inst.tool == "pip" and _pip_config_disables_cache(ctx, step, inst):
                 continue
             tool, cache = _tool_label(inst), _CACHES[inst.tool]
             yield Hit(
