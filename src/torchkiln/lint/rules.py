@@ -470,7 +470,18 @@ def _is_dependency_install(inst: Install, tools_before: set[str]) -> bool:
 # KL005
 
 _ROOT_USER = re.compile(r"^(root|0)(:(root|0))?$")
-_NONROOT_BASE = re.compile(r"nonroot|distroless.*:nonroot|^cgr\.dev/", re.I)
+#: base images whose own Dockerfile ends with a non-root USER, so a final stage without USER runs as
+#: that user: distroless :nonroot, Chainguard, Jupyter Docker Stacks (`USER ${NB_UID}`,
+#: jupyter/docker-stacks images/docker-stacks-foundation/Dockerfile), micromamba-docker (`USER
+#: $MAMBA_USER`, mamba-org/micromamba-docker debian.Dockerfile) and TorchServe (`USER model-server`,
+#: pytorch/serve docker/Dockerfile)
+_NONROOT_BASE = re.compile(
+    r"nonroot|distroless.*:nonroot|^cgr\.dev/"
+    r"|^(docker\.io/)?mambaorg/micromamba([:@]|$)"
+    r"|^(quay\.io/|docker\.io/)?jupyter/([\w-]+-notebook|docker-stacks-foundation)([:@]|$)"
+    r"|^(docker\.io/)?pytorch/torchserve(-nightly)?([:@]|$)",
+    re.I,
+)
 
 
 @rule(
