@@ -92,7 +92,8 @@ def built(engine, base_image, sources, tmp_path_factory):  # type: ignore[no-unt
                                network=prep.network)
     tag = "torchkiln-test/custom-ext:runtime"
     engine.tag(outcome.image_id, tag)
-    return plan, outcome, tag
+    yield plan, outcome, tag
+    engine.remove_image(tag)  # 5.7 GB: the disk is shared (the layers stay in the build cache)
 
 
 def test_extension_is_compiled_in_the_builder_stage(built) -> None:  # type: ignore[no-untyped-def]
