@@ -35,10 +35,7 @@ TORCH_UV_CACHE = "/tmp/kiln-uv-torch"
 
 
 def header(plan: BuildPlan) -> list[str]:
-    return [
-        *ins.rendered_by(plan),
-        "# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).",
-    ]
+    return ins.dockerfile_header(plan)
 
 
 def stage_base(plan: BuildPlan) -> list[str]:
@@ -244,23 +241,8 @@ def render_dockerfile(plan: BuildPlan) -> str:
 
 # -- the other files of the build context ------------------------------------------------------------
 
-SOURCES_SH = """\
-# Sourced by the RUN steps that install packages (rendered by torchkiln).
-# Package sources arrive as BuildKit secrets at build time and are never stored in a layer:
-#   kiln-uv  a uv.toml naming the index URLs and wheel folders of this build
-#   kiln-ca  a CA bundle (PEM) for TLS-intercepting proxies or private indexes
-export UV_CACHE_DIR=/root/.cache/uv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \\
-    UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
-if [ -f /run/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/run/secrets/kiln-uv; fi
-if [ -f /run/secrets/kiln-ca ]; then export SSL_CERT_FILE=/run/secrets/kiln-ca; fi
-"""
-
-DOCKERIGNORE = """\
-# Rendered by torchkiln: the context holds only what the Dockerfile uses.
-**/__pycache__
-**/*.pyc
-**/.git
-"""
+SOURCES_SH = ins.SOURCES_SH
+DOCKERIGNORE = ins.DOCKERIGNORE
 
 
 def context_files(plan: BuildPlan) -> dict[str, str]:

@@ -102,3 +102,31 @@ def apt_install(packages: tuple[str, ...] | list[str]) -> list[str]:
             "apt-get install -y --no-install-recommends " + " ".join(packages),
         ],
     )
+
+
+def dockerfile_header(plan: BuildPlan) -> list[str]:
+    """The opening comment of every rendered Dockerfile."""
+    return [
+        *rendered_by(plan),
+        "# Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).",
+    ]
+
+
+#: the build context's other files, the same for every Dockerfile torchkiln renders
+SOURCES_SH = """\
+# Sourced by the RUN steps that install packages (rendered by torchkiln).
+# Package sources arrive as BuildKit secrets at build time and are never stored in a layer:
+#   kiln-uv  a uv.toml naming the index URLs and wheel folders of this build
+#   kiln-ca  a CA bundle (PEM) for TLS-intercepting proxies or private indexes
+export UV_CACHE_DIR=/root/.cache/uv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1 \\
+    UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+if [ -f /run/secrets/kiln-uv ]; then export UV_CONFIG_FILE=/run/secrets/kiln-uv; fi
+if [ -f /run/secrets/kiln-ca ]; then export SSL_CERT_FILE=/run/secrets/kiln-ca; fi
+"""
+
+DOCKERIGNORE = """\
+# Rendered by torchkiln: the context holds only what the Dockerfile uses.
+**/__pycache__
+**/*.pyc
+**/.git
+"""

@@ -35,11 +35,9 @@ PIN = "pin-torch.txt"
 
 
 def header(plan: BuildPlan) -> list[str]:
-    from torchkiln.render.dockerfile import header as base_header
-
     image = plan.torch.image
     assert image is not None
-    return [*base_header(plan),
+    return [*ins.dockerfile_header(plan),
             f"# torch is the base image's own ({image.facts}): installs are constrained to it, never replace it."]
 
 
@@ -214,14 +212,12 @@ def render_vendor_dockerfile(plan: BuildPlan) -> str:
 
 
 def vendor_context_files(plan: BuildPlan) -> dict[str, str]:
-    from torchkiln.render.dockerfile import DOCKERIGNORE, SOURCES_SH
-
     files = {
         "Dockerfile": render_vendor_dockerfile(plan),
-        ".dockerignore": DOCKERIGNORE,
+        ".dockerignore": ins.DOCKERIGNORE,
         f".kiln/{PIN}": f"torch=={plan.torch.version}\n",
         ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
-        ".kiln/sources.sh": SOURCES_SH,
+        ".kiln/sources.sh": ins.SOURCES_SH,
         ".kiln/wheels/.keep": "",
         **ext.context_files(plan),
     }
