@@ -11,6 +11,7 @@ constraints file plus a pin of its torch, so nothing can replace it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
@@ -29,6 +30,16 @@ from torchkiln.plan import (
     TargetPlan,
     ToolchainPlan,
     TorchPlan,
+)
+from torchkiln.resolve_ext import (
+    _SUGGESTING,
+    Patch,
+    _Candidate,
+    _extension_plan,
+    _extension_problems,
+    _host,
+    _patched,
+    _targets,
 )
 from torchkiln.spec import Spec
 
@@ -52,32 +63,31 @@ def _version_matches(asked: str, have: str) -> bool:
     return v == exact or (not exact.local and Version(v.public) == exact)
 
 
-Patch = dict[str, Any]
+#: how ``resolve`` is called: a spec with kiln's own torch → its plan
+Resolver = Callable[[Spec, Knowledge], BuildPlan]
 
 
 def _fixes(
-    spec: Spec, kb: Knowledge, facts: ImageFacts, ideas: list[tuple[str, Patch]]
+    spec: Spec, kb: Knowledge, facts: ImageFacts, ideas: list[tuple[str, Patch]], own: Resolver
 ) -> tuple[str, tuple[Patch, ...]]:
     """The ideas that resolve when applied (against the same image facts, or kiln's own torch)."""
-    from torchkiln import resolve as base
-
     found: list[tuple[str, dict[str, Any]]] = []
-    if base._SUGGESTING.get():
+    if _SUGGESTING.get():
         return "", ()
     for text, patch in ideas:
-        patched = base._patched(spec, patch)
+        patched = _patched(spec, patch)
         if patched is None:
             continue
-        token = base._SUGGESTING.set(True)
+        token = _SUGGESTING.set(True)
         try:
             if patched.torch.source == "image":
-                resolve_image(patched, kb, facts)
+                resolve_image(patched, kb, facts, own=own)
             else:
-                base.resolve(patched, kb)
+                own(patched, kb)
         except KilnError:
             continue
         finally:
-            base._SUGGESTING.reset(token)
+            _SUGGESTING.reset(token)
         found.append((text, patch))
     if not found:
         return "", ()
@@ -120,16 +130,19 @@ def _facts(
     return facts, row
 
 
-def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None) -> BuildPlan:
-    """The plan for a spec whose torch is the base image's; raises ``ResolveError`` with fixes."""
-    from torchkiln import resolve as base
+def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None, *, own: Resolver) -> BuildPlan:
+    """The plan for a spec whose torch is the base image's; raises ``ResolveError`` with fixes.
+
+    ``own``: the resolver of specs with kiln's own torch (``torchkiln.resolve.resolve``, which calls
+    this one), for checking the fixes that suggest it.
+    """
 
     image = spec.base.image
     decisions: list[Decision] = []
     warnings: list[str] = []
     facts, row = _facts(spec, kb, facts, warnings)
-    targets = base._targets(spec, kb)
-    host, why_host = base._host(spec, targets)
+    targets = _targets(spec, kb)
+    host, why_host = _host(spec, targets)
     platform = OCI_PLATFORM[host]
     if facts.platform in PLATFORMS and facts.platform != platform:
         if spec.image.platform is not None or any(PLATFORMS[facts.platform] not in t.hosts for t in targets):
@@ -215,7 +228,7 @@ def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None) -> BuildP
             f"(minor-version compatibility); NVIDIA_REQUIRE_CUDA={require}.{ngc_note}", src))
 
     if problems:
-        hint, fixes = _fixes(spec, kb, facts, ideas)
+        hint, fixes = _fixes(spec, kb, facts, ideas, own)
         raise ResolveError(
             "; ".join(dict.fromkeys(problems)) + ".",
             hint=hint or f"Choose a base image whose torch fits, or {_own_torch_idea(spec)[0]}.", fixes=fixes)
@@ -266,8 +279,6 @@ def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None) -> BuildP
             + (", with PTX of the newest for forward compatibility" if spec.gpu.ptx else ""), "CPPEXT"))
 
     # extensions: compiled against the image's torch with the image's nvcc
-    from torchkiln.resolve import _Candidate, _extension_plan, _extension_problems
-
     cand = _Candidate(Version(facts.torch_version).base_version, kb.releases[0], cuda or "cpu", host)
     ext_problems = [p for ext in spec.extensions for p in _extension_problems(ext, cand, targets, kb)]
     if ext_problems:
