@@ -136,8 +136,7 @@ def build_matrix(
         base = options.base or c.plan.base_image
         if base not in digests:
             digests[base] = _base_digest(first.engine, base)
-        tail = c.image.rsplit("/", 1)[-1]
-        labels[c.cell.index] = prov.labels(tail.rsplit(":", 1)[1] if ":" in tail else c.plan.tag, base, digests[base])
+        labels[c.cell.index] = prov.labels(c.tag, base, digests[base])
     planned = {c.cell.index: plan_cell(c, spec_dir.resolve(), options, first.engine, emulate_from=None, cwd=cwd,
                                        group=groups[c.cell.index], labels=labels[c.cell.index]) for c in cells}
     record = MatrixRecord.for_spec(spec if spec.is_file() else spec / "kiln.toml", spec_obj.image.name)
