@@ -148,3 +148,55 @@ def test_precompile_accepts_module_names_or_all_only(tmp_path: Path, value: str)
     with pytest.raises(SpecError) as info:
         _plan(spec)
     assert "precompile" in info.value.message
+
+
+def _packages_stage(text: str) -> str:
+    """The RUN steps of the packages stage."""
+    return text.split("AS packages\n", 1)[1].split("\n\n", 1)[0].split("\n", 1)[1]
+
+
+def test_a_package_appended_to_the_spec_reuses_the_steps_of_the_packages_before_it(tmp_path: Path) -> None:
+    spec = tmp_path / "kiln.toml"
+    head = '[image]\nname = "a"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n'
+    spec.write_text(head + '[packages]\npip = ["six==1.16.0", "numpy>=2"]\n')
+    before = _packages_stage(render_dockerfile(_plan(spec))).split("\nRUN ")
+    spec.write_text(head + '[packages]\npip = ["six==1.16.0", "numpy>=2", "idna"]\n')
+    after = _packages_stage(render_dockerfile(_plan(spec))).split("\nRUN ")
+    # one step per package, then the joint step: the steps of six and numpy are byte-identical (cache hits)
+    assert len(before) == 3 and len(after) == 4
+    assert after[:2] == before[:2]
+    assert "touch /tmp/kiln-mark" in after[0] and "six==1.16.0" in after[0]
+    assert after[1].endswith("-c /etc/pip/constraint.txt 'numpy>=2'")  # quoted for the shell
+    assert after[2].endswith("-c /etc/pip/constraint.txt idna")
+    joint = after[3]
+    assert "-r /kiln/requirements.txt" in joint and "find /opt/venv -cnewer /tmp/kiln-mark" in joint
+    assert context_files(_plan(spec))[".kiln/requirements.txt"] == "six==1.16.0\nnumpy>=2\nidna\n"
+
+
+def test_many_packages_get_steps_up_to_a_cap_and_the_joint_step_installs_the_rest(tmp_path: Path) -> None:
+    from torchkiln.render.dockerfile import PACKAGE_STEPS
+
+    spec = tmp_path / "kiln.toml"
+    names = [f"pkg{i}" for i in range(PACKAGE_STEPS + 4)]
+    spec.write_text('[image]\nname = "a"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n'
+                    f'[packages]\npip = {names!r}\n'.replace("'", '"'))
+    steps = _packages_stage(render_dockerfile(_plan(spec))).split("\nRUN ")
+    assert len(steps) == PACKAGE_STEPS + 1
+    assert steps[-2].endswith(f" pkg{PACKAGE_STEPS - 1}") and "-r /kiln/requirements.txt" in steps[-1]
+
+
+def test_a_locked_build_installs_the_hashed_pins_in_one_step(tmp_path: Path) -> None:
+    import dataclasses
+
+    from torchkiln.plan import LockPins
+
+    spec = tmp_path / "kiln.toml"
+    spec.write_text('[image]\nname = "a"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n[packages]\npip = ["six"]\n')
+    pins = LockPins(torch=("torch==2.13.0+cpu --hash=sha256:" + "a" * 64,),
+                    packages=("six==1.16.0 --hash=sha256:" + "b" * 64,), base_id="sha256:" + "c" * 64,
+                    lock="kiln.lock")
+    plan = dataclasses.replace(_plan(spec), locked=pins)
+    steps = _packages_stage(render_dockerfile(plan)).split("\nRUN ")
+    assert len(steps) == 1
+    assert "touch /tmp/kiln-mark" in steps[0]
+    assert "--require-hashes -c /etc/pip/constraint.txt -r /kiln/requirements.txt" in steps[0]

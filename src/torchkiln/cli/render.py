@@ -133,6 +133,16 @@ def _render_bake(spec: Path, out: Path | None, stdout: bool, skip: bool, as_json
         return
     if out.exists() and not out.is_dir():
         raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
+    foreign = sorted({rc.plan.platform for rc in cells if rc.plan is not None} - {host_platform()})
+    if foreign:  # each such cell's context carries uv built for its CPU, as `kiln render -o` gives one
+        from torchkiln.build.sources import resolve_sources
+        from torchkiln.runner import Runner
+
+        runner = Runner()
+        found = resolve_sources(plan_sources=next(rc.plan for rc in cells if rc.plan is not None).sources,
+                                spec_dir=spec_dir, from_pip=True, runner=runner)
+        for platform in foreign:
+            fetch_uv(platform, found, runner)
     files = _written(lambda: bake_context(cells, spec_dir).write(out), out)
     if as_json:
         print_json({"out": str(out), "bake_file": str(out / BAKE_FILE), "targets": len(cells),

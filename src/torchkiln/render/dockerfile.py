@@ -19,6 +19,7 @@ same wherever it is built and nothing about the sources reaches a layer.
 from __future__ import annotations
 
 import json
+import shlex
 
 from torchkiln.contract import CONSTRAINTS, UV, VENV, image_labels
 from torchkiln.plan import BuildPlan
@@ -104,26 +105,48 @@ def stage_torch(plan: BuildPlan) -> list[str]:
     ]
 
 
+#: at most this many spec packages get a step of their own; the rest are installed by the joint step only
+PACKAGE_STEPS = 16
+
+
 def stage_packages(plan: BuildPlan) -> list[str]:
+    """The spec's packages: one step per package in spec order, then one joint step that collects the layer.
+
+    A package appended to the spec's list reuses the steps of every package before it: only its own
+    step, the joint step and the copy into the runtime run again. The joint step installs the whole
+    list at once (a no-op when the steps agree; where one package's step changed a version another
+    one needs, uv resolves them together again), so the venv is always one consistent resolution.
+    A locked build installs the lock's hashed pins in the joint step alone.
+    """
     if not plan.pip_packages:
         return []
     py = f"{VENV}/bin/python"
+    install = f"{UV} pip install --python {py}{require_hashes(plan)} -c {CONSTRAINTS}"
+    steps: list[str] = []
+    singles = () if plan.locked is not None else plan.pip_packages[:PACKAGE_STEPS]
+    for i, package in enumerate(singles):
+        mark = ["touch /tmp/kiln-mark"] if i == 0 else []
+        steps += ins.run(ins.SOURCE_MOUNTS, [". /kiln/sources.sh", *mark, f"{install} {shlex.quote(package)}"])
+    mark = [] if singles else ["touch /tmp/kiln-mark"]
+    steps += ins.run(
+        [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt")],
+        [
+            ". /kiln/sources.sh",
+            *mark,
+            f"{install} -r /kiln/requirements.txt",
+            f"mkdir -p {LAYER}",
+            f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
+            f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
+        ],
+    )
     return [
-        "# packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add",
-        "# are collected, so the runtime copies them as one small layer on top of the unchanged torch layer",
+        "# packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the",
+        "# spec's order (a package added at the end reuses the steps before it), then all of them at once, which",
+        "# keeps the venv one consistent resolution; only the files they add are collected, so the runtime",
+        "# copies them as one small layer on top of the unchanged torch layer",
         "FROM torch AS packages",
         ins.SHELL,
-        *ins.run(
-            [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt")],
-            [
-                ". /kiln/sources.sh",
-                "touch /tmp/kiln-mark",
-                f"{UV} pip install --python {py}{require_hashes(plan)} -c {CONSTRAINTS} -r /kiln/requirements.txt",
-                f"mkdir -p {LAYER}",
-                f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
-                f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
-            ],
-        ),
+        *steps,
     ]
 
 

@@ -36,8 +36,10 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && rm -rf /tmp/kiln-uv-torch \
     && /opt/venv/bin/python -c 'import torch, torchvision'
 
-# packages: the spec's pip packages, constrained so they cannot replace torch; only the files they add
-# are collected, so the runtime copies them as one small layer on top of the unchanged torch layer
+# packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the
+# spec's order (a package added at the end reuses the steps before it), then all of them at once, which
+# keeps the venv one consistent resolution; only the files they add are collected, so the runtime
+# copies them as one small layer on top of the unchanged torch layer
 FROM torch AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -46,9 +48,25 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
     && touch /tmp/kiln-mark \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt 'transformers>=4.40'
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt accelerate
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
+    . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
     && mkdir -p /opt/kiln-layer \
     && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
