@@ -166,14 +166,16 @@ def test_app_edit_reuses_torch_layer(cpu_build: Any, tmp_path: Path, example_cop
 def test_added_package_keeps_torch_layer(cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:
     spec = example_copy(tmp_path / "spec")
     # a specifier unique to this run, so that the packages step really runs again on every run
-    text = spec.read_text().replace('pip = ["six==1.16.0"', f'pip = ["six==1.16.0", "{_unique("idna")}"')
+    # appended at the end of the list: the steps of the packages before it are reused
+    text = spec.read_text().replace('"numpy==2.3.5"]', f'"numpy==2.3.5", "{_unique("idna")}"]')
     assert "idna" in text
     spec.write_text(text)
     options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:plus-idna")
     summary = build_image(spec, cpu_build.engine, options, env={})
-    by_stage = {s.stage: s for s in summary.steps if s.name.startswith("RUN") and s.stage in ("torch", "packages")}
-    assert by_stage["torch"].status == "cached"
-    assert by_stage["packages"].status == "done"
+    runs = [s for s in summary.steps if s.name.startswith("RUN") and s.stage in ("torch", "packages")]
+    assert [s.stage for s in runs] == ["torch", "packages", "packages", "packages", "packages"]
+    # torch, six and numpy reused; idna's own step and the joint step ran
+    assert [s.status for s in runs] == ["cached", "cached", "cached", "done", "done"], runs
     # (the runtime is built FROM the torch stage, so a cached torch step is the very same layer)
     r = cpu_build.engine.run(summary.image, ["python", "-c", "import idna, torch"], check=False)
     assert r.returncode == 0, r.stderr
