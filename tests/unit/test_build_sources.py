@@ -235,3 +235,24 @@ def test_missing_index_folder(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="index folder"):
         with prepare(sources, tmp_path / "ctx"):
             pass
+
+
+def test_local_index_server_sends_whole_files_and_listings(tmp_path: Path) -> None:
+    import os
+
+    from torchkiln.build.sources import LocalIndexServer
+
+    (tmp_path / "simple" / "big").mkdir(parents=True)
+    data = os.urandom(3 * 1024 * 1024 + 17)  # not a multiple of any buffer size
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "big-1.0-py3-none-any.whl").write_bytes(data)
+    server = LocalIndexServer(tmp_path)
+    try:
+        for _ in range(2):  # the same file twice: each response is complete and the connection clean
+            with urllib.request.urlopen(f"{server.url}/files/big-1.0-py3-none-any.whl", timeout=10) as r:
+                assert r.headers["Content-Length"] == str(len(data))
+                assert r.read() == data
+        with urllib.request.urlopen(f"{server.url}/simple/", timeout=10) as r:
+            assert b'href="big/"' in r.read()  # a folder listing (a flat find-links page) still works
+    finally:
+        server.close()

@@ -103,8 +103,9 @@ def test_build_helper_is_valid_bash() -> None:
 def test_compiled_extension_stages(name: str) -> None:
     plan = _plan(SPECS[name])
     text = render_dockerfile(plan)
-    assert _stages(text) == ["base", "torch", *(["packages"] if plan.pip_packages else []), "toolchain",
-                             "extensions", "wheels", "ext-layer", "dev", "runtime"]
+    packages = ["packages", "packages-layer"] if plan.pip_packages else []
+    assert _stages(text) == ["base", "torch", *packages, "toolchain", "extensions", "wheels", "ext-layer", "dev",
+                             "runtime"]
     toolchain = _stage(text, "toolchain")
     tc = plan.toolchain
     assert tc is not None
@@ -227,8 +228,11 @@ def test_torch_ref_and_repository_can_be_overridden() -> None:
 def test_ext_layer_sits_on_the_packages_stage_when_there_are_packages() -> None:
     text = render_dockerfile(_plan(SPECS["deepspeed"]))
     assert "FROM packages AS ext-layer" in text
+    assert "FROM packages AS runtime" in text  # the packages are the runtime's own layers: no copy of them
     runtime = _stage(text, "runtime")
-    assert runtime.index("COPY --from=packages") < runtime.index("COPY --from=ext-layer")
+    assert "COPY --from=packages" not in runtime and "COPY --from=ext-layer" in runtime
+    dev = _stage(text, "dev")
+    assert dev.index("COPY --from=packages-layer") < dev.index("COPY --from=ext-layer")
 
 
 def test_cache_key_covers_package_version_torch_cuda_python_archs() -> None:

@@ -3,6 +3,7 @@
 Regenerate the golden files after an intended change with KILN_UPDATE_GOLDENS=1 and review the diff.
 """
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -76,12 +77,16 @@ def test_runtime_stage_is_last_non_root_and_has_no_compilers() -> None:
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0"' in runtime
     assert 'TORCH_CUDA_ARCH_LIST="8.0+PTX"' in runtime
     assert runtime.rstrip().endswith('CMD ["python", "apps/train.py"]')
-    # the runtime starts from the torch stage's layers (no second copy of the venv), and app code is
-    # copied after the Python environment (edits never invalidate the torch layer)
-    assert runtime.startswith("AS runtime") and "FROM torch AS runtime" in text
-    assert "COPY --from=torch" not in runtime
-    packages = runtime.index("COPY --from=packages /opt/kiln-layer/")
-    assert packages < runtime.index("COPY --chown=kiln:kiln apps/train.py")
+    # the runtime starts from the torch and packages stages' layers (no second copy of the venv or the
+    # packages), and app code is copied after the Python environment (edits never invalidate it)
+    assert runtime.startswith("AS runtime") and "FROM packages AS runtime" in text
+    assert "COPY --from" not in runtime
+    assert "FROM torch AS packages" in text
+    # without packages the runtime is built on the torch stage itself
+    spec = ROOT / "examples" / "cu124-a100.toml"
+    no_packages = dataclasses.replace(_plan(spec), pip_packages=())
+    bare = render_dockerfile(no_packages)
+    assert "FROM torch AS runtime" in bare and "AS packages" not in bare
 
 
 def test_torch_stage_writes_files_once_and_bytecode_only_for_what_import_torch_loads() -> None:
@@ -169,7 +174,10 @@ def test_a_package_appended_to_the_spec_reuses_the_steps_of_the_packages_before_
     assert after[1].endswith("-c /etc/pip/constraint.txt 'numpy>=2'")  # quoted for the shell
     assert after[2].endswith("-c /etc/pip/constraint.txt idna")
     joint = after[3]
-    assert "-r /kiln/requirements.txt" in joint and "find /opt/venv -cnewer /tmp/kiln-mark" in joint
+    assert joint.endswith("-r /kiln/requirements.txt")
+    # the dev stage copies what the packages added, collected in a stage of its own
+    text = render_dockerfile(_plan(spec))
+    assert "FROM packages AS packages-layer" in text and "find /opt/venv -cnewer /tmp/kiln-mark" in text
     assert context_files(_plan(spec))[".kiln/requirements.txt"] == "six==1.16.0\nnumpy>=2\nidna\n"
 
 
@@ -186,8 +194,6 @@ def test_many_packages_get_steps_up_to_a_cap_and_the_joint_step_installs_the_res
 
 
 def test_a_locked_build_installs_the_hashed_pins_in_one_step(tmp_path: Path) -> None:
-    import dataclasses
-
     from torchkiln.plan import LockPins
 
     spec = tmp_path / "kiln.toml"

@@ -425,6 +425,18 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         return
 
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        """Send a file with sendfile(2) rather than the stdlib's copy through Python (measured on a 553 MB
+        cuDNN wheel over loopback: 0.09 s of CPU instead of 0.23 s, on the 2 cores uv unpacks the
+        wheels with); socket.sendfile falls back to plain sends where it must."""
+        try:
+            source.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file on disk
+            super().copyfile(source, outputfile)
+            return
+        self.wfile.flush()
+        self.connection.sendfile(source)
+
 
 @dataclass
 class LocalIndexServer:

@@ -5,11 +5,12 @@ Stages (runtime last, so a plain ``docker build`` gives the slim image):
 * ``base``     the OS every stage shares, plus the spec's apt packages (apt caches are cache mounts);
 * ``torch``    a venv holding torch and its dependencies only, in one layer of its own, and the
                constraints file that pins them (so app edits and new packages never rebuild it);
-* ``packages`` the spec's pip packages installed against those constraints; only the files they add
-               are collected into ``/opt/kiln-layer`` and copied into later stages as one small layer;
+* ``packages`` the spec's pip packages installed against those constraints, one step (one layer) per
+               package in the spec's order, then all at once (``stage_packages``);
+* ``packages-layer`` only the files the packages added, collected into ``/opt/kiln-layer`` for dev;
 * ``dev``      the torch venv and packages plus compilers (torch's own nvcc for CUDA plans: ``FROM
                toolchain``), tools and sudo, for building extensions and interactive work;
-* ``runtime``  the torch stage + packages + app, non-root, no compilers, no caches.
+* ``runtime``  ``FROM packages`` (or torch) + app, non-root, no compilers, no caches.
 
 The package sources (index URLs, wheel folders, a CA bundle) are not in this text: install steps
 mount them as BuildKit secrets and a wheel folder from the build context, so the Dockerfile is the
@@ -107,16 +108,19 @@ def stage_torch(plan: BuildPlan) -> list[str]:
 
 #: at most this many spec packages get a step of their own; the rest are installed by the joint step only
 PACKAGE_STEPS = 16
+#: touched by the first packages step: what is newer in the venv, the packages installed
+MARK = "/tmp/kiln-mark"
 
 
 def stage_packages(plan: BuildPlan) -> list[str]:
-    """The spec's packages: one step per package in spec order, then one joint step that collects the layer.
+    """The spec's packages: one step per package in spec order, then one joint step; the runtime is built
+    ``FROM`` this stage, so each step's files are a layer of the image.
 
-    A package appended to the spec's list reuses the steps of every package before it: only its own
-    step, the joint step and the copy into the runtime run again. The joint step installs the whole
-    list at once (a no-op when the steps agree; where one package's step changed a version another
-    one needs, uv resolves them together again), so the venv is always one consistent resolution.
-    A locked build installs the lock's hashed pins in the joint step alone.
+    A package appended to the spec's list reuses the steps (and the exported layers) of every package
+    before it: only its own step and the joint step run again, and only its own files are exported.
+    The joint step installs the whole list at once (a no-op when the steps agree; where one package's
+    step changed a version another one needs, uv resolves them together again), so the venv is always
+    one consistent resolution. A locked build installs the lock's hashed pins in the joint step alone.
     """
     if not plan.pip_packages:
         return []
@@ -125,28 +129,35 @@ def stage_packages(plan: BuildPlan) -> list[str]:
     steps: list[str] = []
     singles = () if plan.locked is not None else plan.pip_packages[:PACKAGE_STEPS]
     for i, package in enumerate(singles):
-        mark = ["touch /tmp/kiln-mark"] if i == 0 else []
+        mark = [f"touch {MARK}"] if i == 0 else []
         steps += ins.run(ins.SOURCE_MOUNTS, [". /kiln/sources.sh", *mark, f"{install} {shlex.quote(package)}"])
-    mark = [] if singles else ["touch /tmp/kiln-mark"]
+    mark = [] if singles else [f"touch {MARK}"]
     steps += ins.run(
         [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt")],
-        [
-            ". /kiln/sources.sh",
-            *mark,
-            f"{install} -r /kiln/requirements.txt",
-            f"mkdir -p {LAYER}",
-            f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
-            f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
-        ],
+        [". /kiln/sources.sh", *mark, f"{install} -r /kiln/requirements.txt"],
     )
     return [
         "# packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the",
-        "# spec's order (a package added at the end reuses the steps before it), then all of them at once, which",
-        "# keeps the venv one consistent resolution; only the files they add are collected, so the runtime",
-        "# copies them as one small layer on top of the unchanged torch layer",
+        "# spec's order, each a layer of the runtime (a package added at the end reuses the layers before it), then",
+        "# all of them at once, which keeps the venv one consistent resolution",
         "FROM torch AS packages",
         ins.SHELL,
         *steps,
+    ]
+
+
+def stage_packages_layer(plan: BuildPlan) -> list[str]:
+    """What the packages stage added to the venv, as one folder: the dev stage (built FROM torch or the
+    toolchain) copies it; the runtime, built FROM packages, needs no copy."""
+    if not plan.pip_packages:
+        return []
+    return [
+        "# packages-layer: only the files the packages stage added, collected for the dev stage to copy",
+        "FROM packages AS packages-layer",
+        ins.SHELL,
+        f"RUN mkdir -p {LAYER} \\",
+        f"    && find {VENV} -cnewer {MARK} ! -type d -printf '%P\\n'"
+        f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
     ]
 
 
@@ -182,11 +193,12 @@ def _app(plan: BuildPlan) -> list[str]:
     return lines
 
 
-def _copy_python(plan: BuildPlan) -> list[str]:
-    """What dev and runtime (both ``FROM torch``) add to the torch venv: packages and extensions."""
+def _copy_python(plan: BuildPlan, *, packages: bool) -> list[str]:
+    """What dev (``FROM torch`` or the toolchain) and runtime (``FROM packages``) add to the venv: the
+    packages' files (dev only) and the extensions."""
     lines = []
-    if plan.pip_packages:
-        lines.append(f"COPY --from=packages {LAYER}/ {VENV}/")
+    if packages and plan.pip_packages:
+        lines.append(f"COPY --from=packages-layer {LAYER}/ {VENV}/")
     lines += ext.copy_ext_layer(plan)
     return lines
 
@@ -216,7 +228,7 @@ def stage_dev(plan: BuildPlan) -> list[str]:
     return [
         *start,
         *ins.apt_install(DEV_TOOLS),
-        *_copy_python(plan),
+        *_copy_python(plan, packages=True),
         "COPY .kiln/bin/uv /usr/local/bin/uv",
         *_dev_user(plan),
         *_env(plan),
@@ -230,11 +242,11 @@ def stage_dev(plan: BuildPlan) -> list[str]:
 def stage_runtime(plan: BuildPlan) -> list[str]:
     cmd = json.dumps(list(plan.app.command) or ["python"])
     return [
-        "# runtime: the torch stage's layers as they are (not a copy of the venv: that would be a second 1-6 GB",
-        "# layer to write and export) + packages + app; no compilers, no package caches, non-root by default",
-        "FROM torch AS runtime",
+        "# runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a",
+        "# second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default",
+        f"FROM {'packages' if plan.pip_packages else 'torch'} AS runtime",
         *_user(plan),
-        *_copy_python(plan),
+        *_copy_python(plan, packages=False),
         *_env(plan),
         *ins.labels(image_labels(plan)),
         *_app(plan),
@@ -255,6 +267,7 @@ def render_dockerfile(plan: BuildPlan) -> str:
         ext.stage_torch_build(plan),
         stage_torch(plan),
         stage_packages(plan),
+        stage_packages_layer(plan),
         *ext.builder_stages(plan),
         stage_dev(plan),
         stage_runtime(plan),

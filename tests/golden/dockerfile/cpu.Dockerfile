@@ -32,9 +32,8 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /opt/venv/bin/python -c 'import torch'
 
 # packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the
-# spec's order (a package added at the end reuses the steps before it), then all of them at once, which
-# keeps the venv one consistent resolution; only the files they add are collected, so the runtime
-# copies them as one small layer on top of the unchanged torch layer
+# spec's order, each a layer of the runtime (a package added at the end reuses the layers before it), then
+# all of them at once, which keeps the venv one consistent resolution
 FROM torch AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -62,8 +61,12 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
-    && mkdir -p /opt/kiln-layer \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt
+
+# packages-layer: only the files the packages stage added, collected for the dev stage to copy
+FROM packages AS packages-layer
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN mkdir -p /opt/kiln-layer \
     && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
 
 # dev: the same Python environment plus compilers, ninja, ccache, git, uv and sudo (the user
@@ -74,7 +77,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
     && apt-get update \
     && apt-get install -y --no-install-recommends build-essential git ninja-build ccache sudo
-COPY --from=packages /opt/kiln-layer/ /opt/venv/
+COPY --from=packages-layer /opt/kiln-layer/ /opt/venv/
 COPY .kiln/bin/uv /usr/local/bin/uv
 RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
     && echo 'kiln ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/kiln && chmod 0440 /etc/sudoers.d/kiln
@@ -95,11 +98,10 @@ COPY --chown=kiln:kiln apps/cpu_app.py /workspace/apps/cpu_app.py
 USER 1000:1000
 CMD ["python", "apps/cpu_app.py"]
 
-# runtime: the torch stage's layers as they are (not a copy of the venv: that would be a second 1-6 GB
-# layer to write and export) + packages + app; no compilers, no package caches, non-root by default
-FROM torch AS runtime
+# runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a
+# second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
+FROM packages AS runtime
 RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
-COPY --from=packages /opt/kiln-layer/ /opt/venv/
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \

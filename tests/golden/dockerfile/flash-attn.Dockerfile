@@ -152,8 +152,8 @@ WORKDIR /workspace
 USER 1000:1000
 CMD ["python", "-c", "import flash_attn; print(flash_attn.__version__)"]
 
-# runtime: the torch stage's layers as they are (not a copy of the venv: that would be a second 1-6 GB
-# layer to write and export) + packages + app; no compilers, no package caches, non-root by default
+# runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a
+# second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
 FROM torch AS runtime
 RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
 COPY --from=ext-layer /opt/kiln-ext-layer/ /opt/venv/
