@@ -101,6 +101,9 @@ def test_torch_stage_writes_files_once_and_bytecode_only_for_what_import_torch_l
     assert torch.index("pip freeze") < torch.index("rm -rf /tmp/kiln-uv-torch")
     # the import comes after the install, in the same layer
     assert torch.index("rm -rf /tmp/kiln-uv-torch") < torch.index("/opt/venv/bin/python -c 'import torch, torchvision'")
+    # the wheel's C++ test binaries go in the step that unpacked them, so no layer holds them
+    drop = torch.index("rm -rf /opt/venv/lib/python3.11/site-packages/torch/test")
+    assert torch.index("uv pip install") < drop < torch.index("pip freeze")
 
 
 def test_sources_never_appear_in_the_dockerfile(tmp_path: Path) -> None:

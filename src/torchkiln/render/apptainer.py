@@ -54,7 +54,7 @@ from torchkiln.contract import (
 )
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
-from torchkiln.render.instructions import rendered_by
+from torchkiln.render.instructions import drop_torch_tests, rendered_by
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
@@ -452,6 +452,7 @@ def post_torch(plan: BuildPlan) -> list[str]:
         _comment("stage torch: torch and its companions only, then frozen into the constraints file that"),
         _comment("pins them for every later install (nothing after this can replace torch)"),
         _install(f"-r {KILN}/requirements-torch.txt"),
+        drop_torch_tests(plan),
         "mkdir -p /etc/pip",
         f"{UV} pip freeze --python {VENV}/bin/python > {CONSTRAINTS}",
     ]

@@ -86,7 +86,8 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this",
         "# layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile",
         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
-        "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)",
+        "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).",
+        "# torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed",
         "FROM base AS torch",
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
@@ -97,6 +98,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 f" UV_COMPILE_BYTECODE={1 if plan.bytecode == 'all' else 0}",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
                 f"{UV} pip install --python {py}{wheel}{require_hashes(plan)} -r /kiln/requirements-torch.txt",
+                ins.drop_torch_tests(plan),
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
                 f"rm -rf {TORCH_UV_CACHE}",

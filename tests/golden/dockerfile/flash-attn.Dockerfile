@@ -19,7 +19,8 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # them into the venv and the cache is removed (a cache mount would mean a second copy of 1-6 GB; this
 # layer is rebuilt only when the base, Python or torch changes). Bytecode: unless [python] precompile
 # says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
-# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists)
+# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
+# torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
 FROM base AS torch
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
@@ -31,6 +32,7 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.10 /opt/venv \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
+    && rm -rf /opt/venv/lib/python3.10/site-packages/torch/test \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
