@@ -45,12 +45,13 @@ def test_uv_ignores_pip_constraint_so_kl013_asks_for_uv_constraint(tmp_path: Pat
         _wheel(links, v)
     cons = tmp_path / "constraint.txt"
     cons.write_text("kilnprobe==1.0\n")
-    subprocess.run([uv, "venv", "-q", str(tmp_path / "venv")], check=True, capture_output=True)
+    # --no-config: a uv.toml in a folder above (uv looks for one from the working folder up) must not count
+    subprocess.run([uv, "venv", "-q", "--no-config", str(tmp_path / "venv")], check=True, capture_output=True)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
 
     def resolved(extra: dict[str, str]) -> str:
         out = subprocess.run(
-            [uv, "pip", "install", "--dry-run", "--python", str(tmp_path / "venv" / "bin" / "python"),
+            [uv, "pip", "install", "--dry-run", "--no-config", "--python", str(tmp_path / "venv" / "bin" / "python"),
              "--no-index", "--find-links", str(links), "kilnprobe"],
             capture_output=True, text=True, env={**base_env, **extra}, check=True,
         )  # fmt: skip
