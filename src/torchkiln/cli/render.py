@@ -81,19 +81,28 @@ def render_cmd(
         return
     if out.exists() and not out.is_dir():
         raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
-    if plan.platform != host_platform():  # the context carries uv built for the image's CPU
-        from torchkiln.build.sources import resolve_sources
-        from torchkiln.runner import Runner
-
-        runner = Runner()
-        fetch_uv(plan.platform, resolve_sources(plan_sources=plan.sources, spec_dir=spec_dir, from_pip=True,
-                                                runner=runner), runner)
+    _fetch_foreign_uv([plan], spec_dir)
     files = _written(lambda: write_context(plan, spec_dir, out), out)
     if json:
         print_json({"out": str(out), "files": [str(f.relative_to(out.resolve())) for f in files]})
         return
     console.print(f"wrote the build context of {plan.image_ref} to {out} ({len(files)} files)")
     console.print(f"build it with: kiln build {spec}   (or DOCKER_BUILDKIT=1 docker build --target runtime {out})")
+
+
+def _fetch_foreign_uv(plans: list[BuildPlan], spec_dir: Path) -> None:
+    """A context for another CPU than this machine's carries uv built for that CPU: fetch it once per platform
+    (through the plan's package sources, or this machine's pip configuration)."""
+    todo = {p.platform: p for p in plans if p.platform != host_platform()}
+    if not todo:
+        return
+    from torchkiln.build.sources import resolve_sources
+    from torchkiln.runner import Runner
+
+    runner = Runner()
+    for platform, plan in sorted(todo.items()):
+        found = resolve_sources(plan_sources=plan.sources, spec_dir=spec_dir, from_pip=True, runner=runner)
+        fetch_uv(platform, found, runner)
 
 
 def _render_apptainer(
@@ -133,16 +142,7 @@ def _render_bake(spec: Path, out: Path | None, stdout: bool, skip: bool, as_json
         return
     if out.exists() and not out.is_dir():
         raise KilnError(f"{out} exists and is not a folder.", hint="Give a folder path to -o.")
-    foreign = sorted({rc.plan.platform for rc in cells if rc.plan is not None} - {host_platform()})
-    if foreign:  # each such cell's context carries uv built for its CPU, as `kiln render -o` gives one
-        from torchkiln.build.sources import resolve_sources
-        from torchkiln.runner import Runner
-
-        runner = Runner()
-        found = resolve_sources(plan_sources=next(rc.plan for rc in cells if rc.plan is not None).sources,
-                                spec_dir=spec_dir, from_pip=True, runner=runner)
-        for platform in foreign:
-            fetch_uv(platform, found, runner)
+    _fetch_foreign_uv([rc.plan for rc in cells if rc.plan is not None], spec_dir)
     files = _written(lambda: bake_context(cells, spec_dir).write(out), out)
     if as_json:
         print_json({"out": str(out), "bake_file": str(out / BAKE_FILE), "targets": len(cells),

@@ -110,8 +110,6 @@ def stage_torch(plan: BuildPlan) -> list[str]:
 
 #: at most this many spec packages get a step of their own; the rest are installed by the joint step only
 PACKAGE_STEPS = 16
-#: touched by the first packages step: what is newer in the venv, the packages installed
-MARK = "/tmp/kiln-mark"
 
 
 def stage_packages(plan: BuildPlan) -> list[str]:
@@ -131,9 +129,9 @@ def stage_packages(plan: BuildPlan) -> list[str]:
     steps: list[str] = []
     singles = () if plan.locked is not None else plan.pip_packages[:PACKAGE_STEPS]
     for i, package in enumerate(singles):
-        mark = [f"touch {MARK}"] if i == 0 else []
+        mark = [f"touch {ins.MARK}"] if i == 0 else []
         steps += ins.run(ins.SOURCE_MOUNTS, [". /kiln/sources.sh", *mark, f"{install} {shlex.quote(package)}"])
-    mark = [] if singles else [f"touch {MARK}"]
+    mark = [] if singles else [f"touch {ins.MARK}"]
     steps += ins.run(
         [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt")],
         [". /kiln/sources.sh", *mark, f"{install} -r /kiln/requirements.txt"],
@@ -158,8 +156,7 @@ def stage_packages_layer(plan: BuildPlan) -> list[str]:
         "FROM packages AS packages-layer",
         ins.SHELL,
         f"RUN mkdir -p {LAYER} \\",
-        f"    && find {VENV} -cnewer {MARK} ! -type d -printf '%P\\n'"
-        f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {LAYER} -xf -",
+        f"    && {ins.collect_added(LAYER)}",
     ]
 
 

@@ -355,12 +355,11 @@ def stage_ext_layer(plan: BuildPlan) -> list[str]:
             mounts,
             [
                 ". /kiln/sources.sh",
-                "touch /tmp/kiln-mark",
+                f"touch {ins.MARK}",
                 f"{UV} pip freeze --python {py} > /tmp/kiln-installed.txt",
                 f"{UV} pip install --python {py} -c {CONSTRAINTS} -c /tmp/kiln-installed.txt " + " ".join(reqs),
                 f"mkdir -p {EXT_LAYER}",
-                f"find {VENV} -cnewer /tmp/kiln-mark ! -type d -printf '%P\\n'"
-                f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {EXT_LAYER} -xf -",
+                ins.collect_added(EXT_LAYER),
             ],
         ),
     ]

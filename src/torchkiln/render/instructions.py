@@ -80,6 +80,17 @@ def drop_torch_tests(plan: BuildPlan) -> str:
     return f"rm -rf {VENV}/lib/python{plan.python}/site-packages/torch/test"
 
 
+#: touched before an install whose files are then collected (``collect_added``)
+MARK = "/tmp/kiln-mark"
+
+
+def collect_added(dest: str) -> str:
+    """Copy the files of the venv newer than ``MARK`` into ``dest``: what an install added, as a folder a
+    later stage copies with ``COPY --from``."""
+    return (f"find {VENV} -cnewer {MARK} ! -type d -printf '%P\\n'"
+            f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {dest} -xf -")
+
+
 def bind(name: str) -> str:
     return f"type=bind,source=.kiln/{name},target=/kiln/{name}"
 
