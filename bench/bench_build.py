@@ -92,6 +92,11 @@ WORKLOADS = {
 }
 
 
+def rebuilt_steps(out: BuildOutcome) -> list[str]:
+    """The instructions a rebuild ran again (not taken from the cache), FROM lines aside."""
+    return [s.title for s in out.steps if s.is_instruction and s.status == "done" and not s.name.startswith("FROM")]
+
+
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -480,9 +485,7 @@ class Bench:
                 # the engine's own time (the build command), beside the whole rebuild above, which for
                 # torchkiln also renders and writes its context and starts the source servers
                 results[a].notes["app_edit_engine_s"] = round(out.seconds, 3)
-                results[a].notes["app_edit_rebuilt"] = [s.title for s in out.steps
-                                                       if s.is_instruction and s.status == "done"
-                                                       and not s.name.startswith("FROM")]
+                results[a].notes["app_edit_rebuilt"] = rebuilt_steps(out)
             imports: dict[str, list[tuple[float, float]]] = {a: [] for a in images}
             for _ in range(self.args.import_runs):  # fresh containers, the images alternating
                 for a in images:
@@ -512,9 +515,7 @@ class Bench:
                 log(f"{a}: rebuild after adding {self.workload.extra_package}")
                 results[a].add_package_s, out = build(a)
                 results[a].notes["add_package_engine_s"] = round(out.seconds, 3)
-                results[a].notes["add_package_rebuilt"] = [s.title for s in out.steps
-                                                          if s.is_instruction and s.status == "done"
-                                                          and not s.name.startswith("FROM")]
+                results[a].notes["add_package_rebuilt"] = rebuilt_steps(out)
         if "torchkiln" in approaches and "edit" in self.args.scenarios and self.args.cli_rebuild:
             results["torchkiln"].notes["kiln_build_cli_app_edit_s"] = self.cli_rebuild(kiln_base)
         if "torchkiln" in approaches:
