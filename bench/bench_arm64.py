@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from torchkiln.build.bootstrap import BaseRequest, bootstrap
-from torchkiln.build.execute import BuildOptions, build_image
-from torchkiln.build.sources import SourceLayer
+from torchkiln.building.bootstrap import BaseRequest, bootstrap
+from torchkiln.building.execute import BuildOptions, build_image
+from torchkiln.building.sources import SourceLayer
 from torchkiln.engines import get_engine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -56,12 +56,12 @@ from typing import Any
 
 import tomllib
 
-from torchkiln.build import sources as src
-from torchkiln.build.bootstrap import BaseRequest, bootstrap
+from torchkiln.building import sources as src
+from torchkiln.building.bootstrap import BaseRequest, bootstrap
 from torchkiln.engines import Engine, get_engine
 from torchkiln.engines.engine import BuildOutcome
 from torchkiln.errors import KilnError
-from torchkiln.build.context import find_uv, write_context
+from torchkiln.building.context import find_uv, write_context
 from torchkiln.load import load_plan
 from torchkiln.runner import Runner
 

@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from services import start_daemon, start_registry  # noqa: E402
 
-from torchkiln.build.bootstrap import BaseRequest, bootstrap  # noqa: E402
-from torchkiln.build.execute import BuildOptions, BuildSummary, build_image  # noqa: E402
-from torchkiln.build.sources import layer_from_env, layer_from_pip  # noqa: E402
+from torchkiln.building.bootstrap import BaseRequest, bootstrap  # noqa: E402
+from torchkiln.building.execute import BuildOptions, BuildSummary, build_image  # noqa: E402
+from torchkiln.building.sources import layer_from_env, layer_from_pip  # noqa: E402
 from torchkiln.engines import get_engine  # noqa: E402
 from torchkiln.runner import Runner  # noqa: E402
 

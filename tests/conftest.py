@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.bootstrap import BaseRequest, bootstrap
-from torchkiln.build.execute import BuildOptions, BuildSummary, build_image
-from torchkiln.build.sources import SourceLayer, layer_from_env, layer_from_pip
+from torchkiln.building.bootstrap import BaseRequest, bootstrap
+from torchkiln.building.execute import BuildOptions, BuildSummary, build_image
+from torchkiln.building.sources import SourceLayer, layer_from_env, layer_from_pip
 from torchkiln.engines import Engine, get_engine
 from torchkiln.errors import EngineMissingError
 from torchkiln.runner import Runner

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from torchkiln.build.context import find_uv
+from torchkiln.building.context import find_uv
 from torchkiln.engines import Engine
 
 DOCKERFILE = """\

@@ -10,7 +10,7 @@ A lock sits next to its spec (``kiln.toml`` → ``kiln.lock``, ``cpu.toml`` → 
 - ``[[wheels]]``: every distribution of every group (``torch``: torch and its companions;
   ``packages``; ``build``: what extensions are compiled with) per platform: name, version, URL
   (index, file or wheel folder) and sha256. uv resolves them (``uv pip compile --format
-  pylock.toml``, see ``torchkiln.build.locking``); this module only reads uv's output and writes
+  pylock.toml``, see ``torchkiln.building.locking``); this module only reads uv's output and writes
   and reads our own file.
 
 Pure (no engine, no network): parsing, rendering, the staleness check and the hashed requirement

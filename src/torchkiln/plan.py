@@ -173,7 +173,7 @@ class BuildPlan:
     precompile: tuple[str, ...] = ("torch",)
     #: the OCI platform of the image: "linux/amd64" or "linux/arm64" (Grace superchips, Arm servers)
     platform: str = "linux/amd64"
-    #: set by ``kiln build --locked`` (``torchkiln.build.locking.locked_plan``): install exactly these pins
+    #: set by ``kiln build --locked`` (``torchkiln.building.locking.locked_plan``): install exactly these pins
     locked: LockPins | None = None
 
     @property

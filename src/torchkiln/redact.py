@@ -1,7 +1,7 @@
 """Credentials never reach an output: ``redact`` masks them in any text torchkiln prints or writes.
 
 Package sources may carry credentials (``https://user:TOKEN@host/simple``); they reach a build only
-as a BuildKit secret (see ``torchkiln.build.sources``). Everything else torchkiln shows (plans, ``--json``,
+as a BuildKit secret (see ``torchkiln.building.sources``). Everything else torchkiln shows (plans, ``--json``,
 ``explain``, error messages, build logs, rendered files) goes through ``redact`` or ``redact_data``.
 
 What counts as a credential: a URL's password (``user:***@``), a URL user name that is itself a

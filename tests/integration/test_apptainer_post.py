@@ -4,7 +4,7 @@
 ``/`` as working directory, after copying %files in. This test does the same with ``chroot``
 (apptainer cannot be installed here): a debootstrapped bookworm (``--variant=minbase`` with
 python3; made once and cached in pytest's cache folder), %files emulated by copying, the package
-sources prepared exactly as ``kiln build`` prepares them (torchkiln.build.sources: the pip configuration's
+sources prepared exactly as ``kiln build`` prepares them (torchkiln.building.sources: the pip configuration's
 wheel folder linked into ``.kiln/wheels``, its index folders served on 127.0.0.1, a uv.toml as the
 ``kiln-uv`` secret). Then torch is imported in the result, and %environment + %runscript + %test
 are run the way apptainer runs them.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build import sources as src
-from torchkiln.build.bootstrap import host_apt_sources, mirror_for_suite
-from torchkiln.build.context import write_apptainer_context
+from torchkiln.building import sources as src
+from torchkiln.building.bootstrap import host_apt_sources, mirror_for_suite
+from torchkiln.building.context import write_apptainer_context
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan

@@ -31,11 +31,11 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from torchkiln.build.bootstrap import BaseRequest, bootstrap
-from torchkiln.build.context import uv_version
-from torchkiln.build.emulation import emulation_problem
-from torchkiln.build.execute import BuildOptions, build_image
-from torchkiln.build.sources import SourceLayer
+from torchkiln.building.bootstrap import BaseRequest, bootstrap
+from torchkiln.building.context import uv_version
+from torchkiln.building.emulation import emulation_problem
+from torchkiln.building.execute import BuildOptions, build_image
+from torchkiln.building.sources import SourceLayer
 from torchkiln.engines import Engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

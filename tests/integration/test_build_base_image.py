@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from torchkiln.build.bootstrap import BaseRequest, bootstrap
+from torchkiln.building.bootstrap import BaseRequest, bootstrap
 from torchkiln.contract import BASE_LABEL_PREFIX as LABEL_PREFIX
 from torchkiln.engines import Engine
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from torchkiln.build.execute import BuildOptions, build_image
+from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.cli import main
 from torchkiln.engines import Engine
 from torchkiln.errors import BuildError, SourceError
@@ -58,7 +58,7 @@ def test_summary(cpu_build: Any) -> None:
 def test_the_sbom_lists_what_the_venv_s_own_python_lists(cpu_build: Any) -> None:
     """The SBOM's distributions are read in place from docker's storage (no container); the venv's
     own ``importlib.metadata`` in a container must list exactly the same."""
-    from torchkiln.build.execute import installed_distributions
+    from torchkiln.building.execute import installed_distributions
     from torchkiln.images.storage import locate_in_engine
     from torchkiln.provenance import SBOM_SCRIPT
 
@@ -318,7 +318,7 @@ def test_precompile_puts_torch_compile_modules_into_the_layer(
 
 def test_the_executed_build_command_is_the_dry_runs(cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:
     """What `kiln build --dry-run` prints is what runs: the same argv and environment reach the engine."""
-    from torchkiln.build.execute import execute, plan_spec
+    from torchkiln.building.execute import execute, plan_spec
     from torchkiln.engines import DockerEngine
     from torchkiln.runner import Runner
 

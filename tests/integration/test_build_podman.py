@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from torchkiln.build.execute import BuildOptions, build_image
+from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.engines import Engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.podman, pytest.mark.slow]
@@ -33,7 +33,7 @@ def test_cpu_example_builds_and_runs_with_podman(
     uid = podman_engine.run(tag, ["id", "-u"], check=False)
     assert uid.stdout.strip() not in ("", "0")
     # the SBOM's distributions, read in place from podman's storage, are what the venv lists itself
-    from torchkiln.build.execute import installed_distributions
+    from torchkiln.building.execute import installed_distributions
     from torchkiln.provenance import SBOM_SCRIPT
 
     listed = podman_engine.run(tag, ["/opt/venv/bin/python", "-c", SBOM_SCRIPT], check=False, entrypoint="")

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from torchkiln.build.context import write_context
+from torchkiln.building.context import write_context
 from torchkiln.errors import KilnError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.resolve import resolve
@@ -51,7 +51,7 @@ def engine():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def base_image(engine) -> str:  # type: ignore[no-untyped-def]
-    from torchkiln.build.bootstrap import BaseRequest, bootstrap, default_tag
+    from torchkiln.building.bootstrap import BaseRequest, bootstrap, default_tag
 
     name = os.environ.get("KILN_TEST_BASE") or default_tag("bookworm")
     if engine.image_exists(name):
@@ -66,7 +66,7 @@ def base_image(engine) -> str:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def sources():  # type: ignore[no-untyped-def]
-    from torchkiln.build.sources import resolve_sources
+    from torchkiln.building.sources import resolve_sources
 
     env_given = any(os.environ.get(k) for k in ("KILN_INDEX_URL", "KILN_EXTRA_INDEX_URL", "KILN_FIND_LINKS"))
     try:
@@ -80,7 +80,7 @@ def sources():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def built(engine, base_image, sources, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from torchkiln.build.sources import prepare
+    from torchkiln.building.sources import prepare
 
     data = tomllib.loads(SPEC.read_text())
     data["base"] = {"image": base_image}
@@ -155,7 +155,7 @@ def test_runtime_stage_has_no_compiler(built, engine) -> None:  # type: ignore[n
 
 def test_dev_stage_compiles_cuda_and_installs_packages(built, engine, sources, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     """issue 14: dev was FROM torch (gcc, no nvcc) as uid 1000 without apt; it is FROM toolchain, with sudo."""
-    from torchkiln.build.sources import prepare
+    from torchkiln.building.sources import prepare
 
     plan, _outcome, _tag = built
     ctx = tmp_path_factory.mktemp("custom-ext-dev") / "ctx"

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from standin import build_standin
-from torchkiln.build.execute import BuildOptions, build_image
+from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.engines import Engine
 from torchkiln.errors import BuildError
 from torchkiln.images.facts import read_image_facts

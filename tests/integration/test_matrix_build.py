@@ -164,8 +164,8 @@ def test_cells_that_differ_only_by_platform_become_one_manifest_list_on_the_regi
     says the platform, no emulation needed); the manifest code is what ``kiln build --matrix --push``
     runs after its cells are pushed.
     """
-    from torchkiln.build.invocation import BuildOptions
-    from torchkiln.build.matrix import CellRun, plan_cell, push_manifests
+    from torchkiln.building.invocation import BuildOptions
+    from torchkiln.building.matrix import CellRun, plan_cell, push_manifests
     from torchkiln.knowledge import load_knowledge
     from torchkiln.matrix import cell_tags, expand, resolve_matrix
     from torchkiln.runner import Runner

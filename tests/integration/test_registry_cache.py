@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from torchkiln.build.execute import BuildOptions, build_image
+from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.engines import Engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.execute import BuildOptions, build_image
+from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.cli import main
 from torchkiln.contract import sif_name
 from torchkiln.engines.apptainer import APPTAINER, ApptainerEngine
@@ -336,7 +336,7 @@ def test_offline_bootstrap_from_a_file_relative_to_where_kiln_runs(
 
 
 def test_localimage_base_must_be_a_sif() -> None:
-    from torchkiln.build.execute import ensure_sif_base
+    from torchkiln.building.execute import ensure_sif_base
     from torchkiln.load import load_plan
     from torchkiln.render.apptainer import ApptainerOptions
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.context import write_apptainer_context
+from torchkiln.building.context import write_apptainer_context
 from torchkiln.errors import ExitCode, InputError, SpecError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.bootstrap import BaseRequest, base_for_platform, default_tag
-from torchkiln.build.emulation import builds_here, emulation_problem, require_emulation
-from torchkiln.build.execute import ensure_base
-from torchkiln.build.invocation import engine_platform
+from torchkiln.building.bootstrap import BaseRequest, base_for_platform, default_tag
+from torchkiln.building.emulation import builds_here, emulation_problem, require_emulation
+from torchkiln.building.execute import ensure_base
+from torchkiln.building.invocation import engine_platform
 from torchkiln.cli import main
 from torchkiln.engines import DockerEngine, EngineInfo, PodmanEngine
 from torchkiln.engines.engine import BuildRequest, ImageDetails
@@ -172,8 +172,8 @@ def test_the_invocation_carries_the_platform_and_the_arm64_base(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """What `kiln build --dry-run --json` prints (planned with a known engine: no daemon to probe)."""
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    from torchkiln.build.execute import plan_spec
-    from torchkiln.build.invocation import BuildOptions
+    from torchkiln.building.execute import plan_spec
+    from torchkiln.building.invocation import BuildOptions
 
     inv = plan_spec(EXAMPLES / "cpu-arm64.toml", DOCKER, BuildOptions(base="kiln-base:bookworm",
                                                                       context_dir=tmp_path / "ctx"), env={})
@@ -306,8 +306,8 @@ def _fake_uv_wheel(folder: Path, version: str) -> Path:
 
 
 def test_an_arm64_context_gets_uv_built_for_aarch64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchkiln.build.context import fetch_uv, uv_binary, uv_version
-    from torchkiln.build.sources import Sources
+    from torchkiln.building.context import fetch_uv, uv_binary, uv_version
+    from torchkiln.building.sources import Sources
     from torchkiln.errors import SourceError
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchkiln.build.bootstrap import (
+from torchkiln.building.bootstrap import (
     BaseRequest,
     default_tag,
     distro_of,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.bootstrap import base_for_platform
-from torchkiln.build.emulation import host_platform
-from torchkiln.build.execute import execute
-from torchkiln.build.invocation import BuildInvocation, BuildOptions, engine_platform, plan_build, scratch_dir
-from torchkiln.build.sources import Sources
+from torchkiln.building.bootstrap import base_for_platform
+from torchkiln.building.emulation import host_platform
+from torchkiln.building.execute import execute
+from torchkiln.building.invocation import BuildInvocation, BuildOptions, engine_platform, plan_build, scratch_dir
+from torchkiln.building.sources import Sources
 from torchkiln.contract import SECRET_CA, SECRET_UV
 from torchkiln.engines import ApptainerEngine, DockerEngine, EngineInfo, PodmanEngine
 from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, ImageDetails, StepRecord

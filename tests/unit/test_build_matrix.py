@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from torchkiln.build.emulation import host_platform
-from torchkiln.build.invocation import BuildOptions, plan_build
-from torchkiln.build.matrix import (
+from torchkiln.building.emulation import host_platform
+from torchkiln.building.invocation import BuildOptions, plan_build
+from torchkiln.building.matrix import (
     Builder,
     CellRun,
     Job,
@@ -27,7 +27,7 @@ from torchkiln.build.matrix import (
     run_cells,
     schedule,
 )
-from torchkiln.build.sources import Sources
+from torchkiln.building.sources import Sources
 from torchkiln.engines import ApptainerEngine, DockerEngine, EngineInfo
 from torchkiln.engines.engine import BuildCommand, BuildEvent, BuildOutcome, ImageDetails, StepRecord
 from torchkiln.errors import BuildError, InputError

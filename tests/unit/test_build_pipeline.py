@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.execute import cache_counts, summarize_stages
-from torchkiln.build.invocation import default_context_dir
+from torchkiln.building.execute import cache_counts, summarize_stages
+from torchkiln.building.invocation import default_context_dir
 from torchkiln.contract import image_ref
 from torchkiln.engines.engine import StepRecord
 from torchkiln.load import load_plan

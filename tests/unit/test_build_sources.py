@@ -14,7 +14,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from torchkiln.build.sources import (
+from torchkiln.building.sources import (
     SECRET_CA,
     SECRET_UV,
     SourceLayer,
@@ -240,7 +240,7 @@ def test_missing_index_folder(tmp_path: Path) -> None:
 def test_local_index_server_sends_whole_files_and_listings(tmp_path: Path) -> None:
     import os
 
-    from torchkiln.build.sources import LocalIndexServer
+    from torchkiln.building.sources import LocalIndexServer
 
     (tmp_path / "simple" / "big").mkdir(parents=True)
     data = os.urandom(3 * 1024 * 1024 + 17)  # not a multiple of any buffer size

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.context import write_context
-from torchkiln.build.sources import render_uv_toml
+from torchkiln.building.context import write_context
+from torchkiln.building.sources import render_uv_toml
 from torchkiln.contract import CONSTRAINTS
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan

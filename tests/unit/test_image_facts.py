@@ -1,4 +1,4 @@
-"""Facts of a torch-bearing image (images/facts.py) and the resolver on them (resolve_image.py).
+"""Facts of a torch-bearing image (images/facts.py) and the resolver on them (resolve/image.py).
 
 The archives here are real docker-archives written with tarfile: an NGC-like file system (torch in
 /usr/local/lib/python3.12/dist-packages, /etc/pip/constraint.txt, /usr/local/cuda-13.1 with nvcc),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.invocation import BuildOptions, plan_build
-from torchkiln.build.locking import base_digest, locked_plan, uv_platform
-from torchkiln.build.sources import Sources
+from torchkiln.building.invocation import BuildOptions, plan_build
+from torchkiln.building.locking import base_digest, locked_plan, uv_platform
+from torchkiln.building.sources import Sources
 from torchkiln.engines import DockerEngine, EngineInfo
 from torchkiln.errors import ExitCode, LockError
 from torchkiln.load import load_plan

@@ -181,7 +181,7 @@ def test_render_output_never_aliases_the_users_files(capsys, tmp_path: Path) -> 
 
 
 def test_wheels_are_linked_only_into_the_cache(tmp_path: Path, monkeypatch) -> None:
-    from torchkiln.build.sources import link_wheels
+    from torchkiln.building.sources import link_wheels
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -240,7 +240,7 @@ def test_index_credentials_reach_the_probe_as_basic_auth_and_no_message() -> Non
     import http.server
     import threading
 
-    from torchkiln.build.sources import check_reachable
+    from torchkiln.building.sources import check_reachable
     from torchkiln.errors import SourceError
 
     seen: list[str | None] = []

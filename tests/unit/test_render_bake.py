@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torchkiln.build.context import bake_context
+from torchkiln.building.context import bake_context
 from torchkiln.errors import ExitCode
 from torchkiln.load import load_matrix
 from torchkiln.render.bake import BAKE_FILE, render_bake

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.build.context import write_context
+from torchkiln.building.context import write_context
 from torchkiln.errors import SpecError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.render import context_files, render_dockerfile

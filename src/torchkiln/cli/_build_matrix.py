@@ -1,4 +1,4 @@
-"""`kiln build --matrix --builders …`: the CLI half of ``torchkiln.build.matrix`` (display, summary, exit)."""
+"""`kiln build --matrix --builders …`: the CLI half of ``torchkiln.building.matrix`` (display, summary, exit)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from torchkiln.build.execute import Provenance, _base_digest
-from torchkiln.build.invocation import BuildOptions
-from torchkiln.build.matrix import (
+from torchkiln.building.execute import Provenance, _base_digest
+from torchkiln.building.invocation import BuildOptions
+from torchkiln.building.matrix import (
     Builder,
     CellRun,
     Job,

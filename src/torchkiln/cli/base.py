@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import typer
 from rich.markup import escape
 
-from torchkiln.build.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRequest, base_store, bootstrap
+from torchkiln.building.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRequest, base_store, bootstrap
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import StepDisplay, human_size, live_output, make_runner

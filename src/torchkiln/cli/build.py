@@ -2,8 +2,8 @@
 
 Progress goes to stderr: live (rich) on a terminal, one plain line per finished step otherwise (CI,
 pipes). The summary goes to stdout, as JSON with ``--json``. With ``--engine apptainer`` the image
-is a ``.sif`` file (see ``torchkiln.build.execute``). ``--dry-run`` prints the ``BuildInvocation`` the
-build would run (``torchkiln.build.invocation``).
+is a ``.sif`` file (see ``torchkiln.building.execute``). ``--dry-run`` prints the ``BuildInvocation`` the
+build would run (``torchkiln.building.invocation``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from torchkiln.build.context import fetch_uv
-from torchkiln.build.emulation import host_platform
-from torchkiln.build.execute import BuildSummary, execute, plan_spec
-from torchkiln.build.invocation import BuildInvocation, BuildOptions
-from torchkiln.build.sources import layer_from_flags
+from torchkiln.building.context import fetch_uv
+from torchkiln.building.emulation import host_platform
+from torchkiln.building.execute import BuildSummary, execute, plan_spec
+from torchkiln.building.invocation import BuildInvocation, BuildOptions
+from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt

@@ -1,4 +1,4 @@
-"""`kiln lock SPEC`: write ``kiln.lock`` beside the spec (see ``torchkiln.build.locking``)."""
+"""`kiln lock SPEC`: write ``kiln.lock`` beside the spec (see ``torchkiln.building.locking``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchkiln.build.execute import resolve_sources
-from torchkiln.build.invocation import BuildOptions
-from torchkiln.build.locking import lock_spec
-from torchkiln.build.sources import layer_from_flags
+from torchkiln.building.execute import resolve_sources
+from torchkiln.building.invocation import BuildOptions
+from torchkiln.building.locking import lock_spec
+from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import EngineOpt, make_runner

@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from torchkiln.build.context import bake_context, fetch_uv, write_apptainer_context, write_context
-from torchkiln.build.emulation import host_platform
+from torchkiln.building.context import bake_context, fetch_uv, write_apptainer_context, write_context
+from torchkiln.building.emulation import host_platform
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
@@ -96,7 +96,7 @@ def _fetch_foreign_uv(plans: list[BuildPlan], spec_dir: Path) -> None:
     todo = {p.platform: p for p in plans if p.platform != host_platform()}
     if not todo:
         return
-    from torchkiln.build.sources import resolve_sources
+    from torchkiln.building.sources import resolve_sources
     from torchkiln.runner import Runner
 
     runner = Runner()

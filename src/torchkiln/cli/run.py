@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from torchkiln.build.invocation import image_for
+from torchkiln.building.invocation import image_for
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
 from torchkiln.engines import Mount, RunRequest, get_engine

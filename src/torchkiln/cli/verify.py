@@ -52,7 +52,7 @@ def _engine_for(image: str, name: str | None) -> Engine:
 
 def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], str]:
     """(what checks.py --spec-json takes, the image the spec builds: a .sif path with apptainer)."""
-    from torchkiln.build.invocation import image_for
+    from torchkiln.building.invocation import image_for
     from torchkiln.contract import verify_spec
     from torchkiln.load import load_plan
 

@@ -164,7 +164,7 @@ class OciEngine(Engine):
         progress: ProgressCallback | None = None,
     ) -> BuildOutcome:
         """Build ``dockerfile`` in ``context``, untagged, for callers with a context of their own
-        (benchmarks, tests); ``kiln build`` plans its command first (``torchkiln.build.invocation``)."""
+        (benchmarks, tests); ``kiln build`` plans its command first (``torchkiln.building.invocation``)."""
         with tempfile.TemporaryDirectory(prefix="kiln-iid-") as tmp:
             request = BuildRequest(context, dockerfile, Path(tmp) / "iid", target=target, secrets=secrets or {},
                                    network=network, no_cache=no_cache)

@@ -1,7 +1,7 @@
 """Render a BuildPlan into an Apptainer (Singularity) definition file. Pure and deterministic.
 
 ``render_apptainer`` and ``apptainer_files`` are pure (plan → text); writing them with the files
-they name into a folder is ``torchkiln.build.context``'s work.
+they name into a folder is ``torchkiln.building.context``'s work.
 
 The definition is built from small pieces, one per section (header, ``%labels``, ``%help``,
 ``%files``, ``%environment``, ``%post``, ``%runscript``, ``%test``), and ``%post`` from one

@@ -1,7 +1,7 @@
 """A ``[matrix]`` as a ``docker buildx bake`` file (JSON): one target per cell, a group of all of them.
 
 Pure: the resolved cells in, the text out (same cells, same bytes). Each target builds the cell's
-own context folder (``bake_context`` in ``torchkiln.build.context`` writes them next to the file):
+own context folder (``bake_context`` in ``torchkiln.building.context`` writes them next to the file):
 ``context`` is that folder, relative to the bake file's folder (run ``docker buildx bake`` there),
 ``target`` the runtime stage, ``tags`` the cell's reference (docs/matrix.md, "Tags"),
 ``platforms`` its platform. Only keys of bake's documented target schema are written;

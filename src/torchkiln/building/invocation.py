@@ -3,7 +3,7 @@
 ``plan_build(plan, spec_dir, options, engine, sources)`` decides everything a build does: the files
 of the context, the engine's command line and environment, the secrets and where they will be, the
 network, the tags, whether to push, and the output (an image in the engine's store, or a ``.sif``
-file). ``kiln build --dry-run`` prints this object; ``torchkiln.build.execute.execute`` runs exactly
+file). ``kiln build --dry-run`` prints this object; ``torchkiln.building.execute.execute`` runs exactly
 it. It reads no more than facts: the engine's (``engine.info``, its command spelling), the merged
 package sources, and whether the paths kiln.toml names exist.
 
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from torchkiln.build import sources as src
-from torchkiln.build.bootstrap import base_for_platform
-from torchkiln.build.context import ContextFiles, apptainer_context, dockerfile_context
-from torchkiln.build.emulation import host_platform
+from torchkiln.building import sources as src
+from torchkiln.building.bootstrap import base_for_platform
+from torchkiln.building.context import ContextFiles, apptainer_context, dockerfile_context
+from torchkiln.building.emulation import host_platform
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime

@@ -35,7 +35,7 @@ from torchkiln.plan import (
     TorchBuildPlan,
     TorchPlan,
 )
-from torchkiln.resolve_ext import (
+from torchkiln.resolve.ext import (
     _SUGGESTING,
     Patch,
     _base_image_cuda,
@@ -595,7 +595,7 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
     knowledge base's row of the image is used where there is one).
     """
     if spec.torch.source == "image":
-        from torchkiln.resolve_image import resolve_image
+        from torchkiln.resolve.image import resolve_image
 
         return resolve_image(spec, kb, facts, own=resolve)
     targets = _targets(spec, kb)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchkiln.build import sources as src
-from torchkiln.build.context import find_uv
+from torchkiln.building import sources as src
+from torchkiln.building.context import find_uv
 from torchkiln.engines.engine import repository_of
 from torchkiln.errors import InputError, LockError, SourceError
 from torchkiln.lock import (

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchkiln.build import sources as src
-from torchkiln.build.bootstrap import base_for_platform
-from torchkiln.build.context import fetch_uv
-from torchkiln.build.emulation import builds_here, host_platform, require_emulation
-from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
+from torchkiln.building import sources as src
+from torchkiln.building.bootstrap import base_for_platform
+from torchkiln.building.context import fetch_uv
+from torchkiln.building.emulation import builds_here, host_platform, require_emulation
+from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
 from torchkiln.errors import BuildError, InputError, KilnError, LockError, ResolveError
@@ -323,7 +323,7 @@ def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mappi
     _spec, plan, spec_dir = load_plan(spec_path, facts=engine_facts(engine, pull=True), platform=options.platform)
     spec_dir = spec_dir.resolve()
     if options.locked:  # the lock answers the plan with its base as given (--base included)
-        from torchkiln.build.locking import locked_plan
+        from torchkiln.building.locking import locked_plan
 
         if options.base:
             plan = dataclasses.replace(plan, base_image=options.base)
@@ -360,7 +360,7 @@ class Provenance:
 
 def _base_digest(engine: Any, base: str) -> str:
     """The registry digest of the base as the engine has it ("" when it has none, or no such image yet)."""
-    from torchkiln.build.locking import base_digest
+    from torchkiln.building.locking import base_digest
 
     if not hasattr(engine, "inspect_image") or not engine.image_exists(base):
         return ""

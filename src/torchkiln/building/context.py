@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchkiln.build import sources as build_sources
-from torchkiln.build.emulation import MACHINE, arch_of, host_platform
+from torchkiln.building import sources as build_sources
+from torchkiln.building.emulation import MACHINE, arch_of, host_platform
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.errors import InputError, SourceError, SpecError
 from torchkiln.matrix import ResolvedCell
@@ -106,7 +106,7 @@ def place(src: Path, dest: Path) -> None:
     A rendered context is the user's to read and edit (``kiln render -o DIR``, ``--context DIR``);
     a hard link would make an edit of ``DIR/train.py`` an edit of the user's own ``train.py``.
     The only hard links torchkiln makes are of wheel files into its own cache folder (see
-    ``torchkiln.build.sources.link_wheels``).
+    ``torchkiln.building.sources.link_wheels``).
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():

@@ -31,7 +31,7 @@ from torchkiln.plan import (
     ToolchainPlan,
     TorchPlan,
 )
-from torchkiln.resolve_ext import (
+from torchkiln.resolve.ext import (
     _SUGGESTING,
     Patch,
     _Candidate,

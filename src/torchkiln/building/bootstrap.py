@@ -7,7 +7,7 @@ that tag: a second bootstrap returns at once unless ``force`` is given.
 
 ``platform`` "linux/arm64" bootstraps an arm64 root (``debootstrap --arch arm64``) and imports it
 recorded as arm64, tagged ``kiln-base:SUITE-arm64``; on an x86_64 host debootstrap's second stage
-runs through qemu-user (``torchkiln.build.emulation`` checks for it first).
+runs through qemu-user (``torchkiln.building.emulation`` checks for it first).
 
 The mirror comes from a flag, else from the host's apt configuration (the first ``deb`` source
 that serves the suite), else debootstrap's own default for the suite. Parsing apt's two source
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchkiln.build.emulation import MACHINE, arch_of, check_platform, host_platform, require_emulation
+from torchkiln.building.emulation import MACHINE, arch_of, check_platform, host_platform, require_emulation
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import BASE_LABEL_PREFIX
 from torchkiln.engines import Engine, StoreEngine, require_store

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from torchkiln.build.execute import BuildSummary, execute, resolve_sources
-from torchkiln.build.invocation import BuildInvocation, BuildOptions, plan_build
+from torchkiln.building.execute import BuildSummary, execute, resolve_sources
+from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.engines import BuildEvent, Engine, get_engine
 from torchkiln.engines.engine import registry_failure, registry_of
