@@ -23,7 +23,15 @@ from packaging.version import Version
 
 from torchkiln.arch import coverage, format_arch_list, parse_arch_list
 from torchkiln.errors import KilnError, ResolveError
-from torchkiln.knowledge import OCI_PLATFORM, Knowledge, ReleasePlatform, TorchRelease, cuda_key
+from torchkiln.knowledge import (
+    OCI_PLATFORM,
+    Knowledge,
+    ReleasePlatform,
+    TorchRelease,
+    cuda_key,
+    free_threaded,
+    python_key,
+)
 from torchkiln.plan import (
     AppPlan,
     BuildPlan,
@@ -71,6 +79,10 @@ def _versions(spec: Spec, kb: Knowledge) -> list[str]:
         exact = Version(text)
     except Exception:
         exact = None
+    if exact is not None and str(exact) not in known and len(exact.release) == 2:
+        series = kb.release_of(f"{exact}.0")  # "2.9": the series, i.e. its newest patch that passes every check
+        if series is not None and series.series == str(exact):
+            return sorted(series.patches, key=Version, reverse=True)
     if exact is not None:
         if str(exact) not in known:
             series = kb.release_of(str(exact))
@@ -123,12 +135,23 @@ def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb
             if not lo <= t.capability <= hi:
                 problems.append(f"CUDA {c.cuda} cannot compile for {t.name} (compute capability {t.capability}; "
                                 f"it targets {lo} to {hi})")
+            elif (why := _toolkit_lacks(kb, c.cuda, t.capability)) is not None:
+                problems.append(f"CUDA {c.cuda} cannot compile for {t.name}: {why}")
     floor, _ = kb.driver_floor(c.cuda)
     if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(floor):
         problems.append(
             f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver {spec.gpu.min_driver}"
         )
     return problems + _gpu_driver_problems(spec, targets, kb)
+
+
+def _toolkit_lacks(kb: Knowledge, cuda: str, capability: object) -> str | None:
+    """Why a CUDA toolkit inside its (oldest, newest) range still has no code generator for an architecture:
+    the architecture arrived with a later toolkit (sm_110: CUDA 13.0; sm_103, sm_121: 12.9), else None."""
+    first = kb.arch_first_cuda.get(str(capability))
+    if first is not None and cuda_key(cuda) < cuda_key(first[0]):
+        return f"compute capability {capability} (sm_{str(capability).replace('.', '')}) is first known to CUDA {first[0]}"
+    return None
 
 
 def _gpu_driver_floors(targets: tuple[_Target, ...], kb: Knowledge) -> list[tuple[_Target, str, str, str]]:
@@ -163,10 +186,8 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
     if plat is None:
         return [f"torch {c.version} has no wheels for {c.host} ({OCI_PLATFORM[c.host]}) that torchkiln knows"]
     where = "" if c.host == "x86_64" else f" {c.host}"
-    if py not in plat.python:
-        problems.append(
-            f"torch {c.version} has no{where} wheels for Python {py} (it supports {', '.join(plat.python)})"
-        )
+    if py not in plat.pythons(c.version):
+        problems.append(_python_problem(c, py, kb))
     if c.cuda == "cpu":
         if targets:
             problems.append("the CPU build of torch runs no GPU kernels, but [gpu] targets are set")
@@ -217,6 +238,24 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
                             f"CUDA {c.cuda} needs driver {toolkit[0]}, newer than {spec.gpu.min_driver}"
                         )
     return problems + _gpu_driver_problems(spec, targets, kb)
+
+
+def _python_problem(c: _Candidate, py: str, kb: Knowledge) -> str:
+    """Why a torch release has no wheels for a Python, with the releases that have them."""
+    plat = c.on
+    assert plat is not None
+    where = "" if c.host == "x86_64" else f" {c.host}"
+    supported = ", ".join(plat.pythons(c.version))
+    until = plat.python_until.get(py)
+    if until is not None:
+        return (f"torch {c.version} has no{where} wheels for Python {py}: torch {c.release.series} published them "
+                f"up to {until} only (torch {c.version} supports {supported})")
+    having = [v for v in kb.all_patches() if (r := kb.release_of(v)) is not None and (p := r.on(c.host)) is not None
+              and py in p.pythons(v)]
+    span = (f"; {py} wheels exist for torch {min(having, key=Version)} to {max(having, key=Version)}" if having
+            else f"; no torch release torchkiln knows has{where} wheels for Python {py}")
+    kind = " (free-threaded)" if free_threaded(py) else ""
+    return f"torch {c.version} has no{where} wheels for Python {py}{kind} (it supports {supported}{span})"
 
 
 def _fits(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -335,10 +374,11 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
             yield from _base_idea(c.cuda, c)
     py = spec.python.version
     for _, c in ([("failed", failed)] if failed is not None else []) + fitting[:40]:
-        pys = c.on.python if c.on is not None else ()
+        pys = c.on.pythons(c.version) if c.on is not None else ()
         if py in pys or c.cuda == "cpu" and spec.torch.cuda != "cpu":
             continue
-        near = sorted(pys, key=lambda v: abs(int(v.split(".")[1]) - int(py.split(".")[1])))
+        want = python_key(py)
+        near = sorted(pys, key=lambda v: (python_key(v)[2] != want[2], abs(python_key(v)[1] - want[1])))
         for v in near[:2]:
             moved = _patched(spec, {"python": {"version": v}})
             if moved is not None and not _fits(c, moved, targets, kb):
@@ -716,6 +756,18 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
                     hint=hint, fixes=fixes,
                 )
             caps = [c for c in caps if lo <= c <= hi]
+            unknown = [c for c in caps if _toolkit_lacks(kb, chosen.cuda, c) is not None]
+            if unknown and targets and (spec.extensions or source_build):
+                keep = [t.name for t in targets if t.capability not in unknown]
+                drop = [("drop targets", f"drop them from [gpu] targets (targets = {keep})",
+                         {"gpu": {"targets": keep}})] * bool(keep)
+                hint, fixes = _suggest(spec, kb, itertools.chain(_ideas(spec, targets, kb, chosen, []), drop),
+                                       "Choose a newer CUDA variant with [torch] cuda, or drop those targets.")
+                raise ResolveError(
+                    f"CUDA {chosen.cuda} cannot compile for "
+                    f"{'; '.join(str(_toolkit_lacks(kb, chosen.cuda, c)) for c in unknown)}, and this image compiles "
+                    "code for its targets.", hint=hint, fixes=fixes)
+            caps = [c for c in caps if c not in unknown]
         newest = max(caps) if caps else None
         arch_list = format_arch_list(caps, newest if spec.gpu.ptx else None)
         decisions.append(Decision(
