@@ -50,6 +50,17 @@ def stage_base(plan: BuildPlan) -> list[str]:
     ]
     if plan.apt_packages:
         lines += ins.apt_install(plan.apt_packages)
+    if plan.python_install:  # a free-threaded CPython that no base image provides: uv's managed build
+        from torchkiln.resolve.base import PYTHON_INSTALL_DIR
+
+        lines += ["# the free-threaded CPython the plan needs (no official image has one): python-build-standalone's",
+                  f"# build via uv into {PYTHON_INSTALL_DIR}, python{plan.python_install} on PATH for every stage",
+                  *ins.run(ins.SOURCE_MOUNTS, [
+                      ". /kiln/sources.sh",
+                      f"UV_PYTHON_INSTALL_DIR={PYTHON_INSTALL_DIR} UV_PYTHON_BIN_DIR=/usr/local/bin "
+                      f"{UV} python install {plan.python_install}",
+                      f"chmod -R a+rX {PYTHON_INSTALL_DIR}",
+                      f"python{plan.python_install} -c 'import sys; assert not sys._is_gil_enabled()'"])]
     return lines
 
 

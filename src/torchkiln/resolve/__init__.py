@@ -43,6 +43,7 @@ from torchkiln.plan import (
     TorchBuildPlan,
     TorchPlan,
 )
+from torchkiln.resolve.base import FREE_THREADED_BASE, PYTHON_INSTALL_DIR, distro_of, official_python_image
 from torchkiln.resolve.ext import (
     _SUGGESTING,
     Patch,
@@ -603,6 +604,50 @@ def _dev_toolchain(
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 
+def _base_python(spec: Spec, kb: Knowledge, targets: tuple[_Target, ...], chosen: _Candidate) -> tuple[str, str]:
+    """(base image, the Python uv installs into it or ""): the base must be able to give the spec's Python.
+
+    ``[base] python = "apt"`` installs python3.X from the distribution's archive, which has only its own
+    Pythons (Ubuntu 22.04: 3.10 and 3.11); no archive has a free-threaded one. With no [base] image a
+    free-threaded Python is installed by uv on Debian slim (no official Python image is free-threaded).
+    """
+    py = spec.python.version
+    image = spec.base.image
+    problem = ""
+    if spec.base.python == "apt":
+        distro = distro_of(image) if image else None
+        if free_threaded(py):
+            problem = (f"[base] python = \"apt\" installs python{py} from the base's package archive, but no Debian "
+                       f"or Ubuntu release packages a free-threaded Python (python{py}) in its archive")
+        elif distro is not None and py not in distro.python:
+            problem = (f"[base] python = \"apt\" installs python{py} from the archive of {image} ({distro.name}), "
+                       f"which has Python {', '.join(distro.python)} only: `apt-get install python{py}` would fail")
+        if problem:
+            ideas: list[tuple[str, str, Patch]] = []
+            for v in (distro.python if distro is not None and not free_threaded(py) else ()):
+                ideas.append(("python", f'[python] version = "{v}" (the Python of {distro.name})',
+                              {"python": {"version": v}}))
+            ideas.append(("base", "remove [base] image and python: torchkiln's default base for this Python",
+                          {"base": {"image": "", "python": "image"}}))
+            hint, fixes = _suggest(spec, kb, ideas, "Use a [python] version the base's archive has, or a base "
+                                   "image that brings the Python (python = \"image\").")
+            raise ResolveError(problem + ".", hint=hint, fixes=fixes)
+        return image or f"python:{py}-slim-bookworm", ""
+    if not free_threaded(py):
+        return image or f"python:{py}-slim-bookworm", ""
+    if not image:
+        return FREE_THREADED_BASE, py
+    if official_python_image(image) or image.startswith("kiln-base:"):
+        what = ("Docker's official Python images are built with the GIL only (docker-library/python#1082)"
+                if official_python_image(image) else "the offline kiln-base has Debian's Python 3.11 only")
+        hint, fixes = _suggest(spec, kb, [("base", "remove [base] image: uv then installs the free-threaded "
+                                           f"CPython {py} on {FREE_THREADED_BASE}", {"base": {"image": ""}})],
+                               f"Use a base image that has python{py} on its PATH, or none.")
+        raise ResolveError(f"[python] version = \"{py}\" needs the free-threaded interpreter python{py} in the "
+                           f"base image, and {image} has none: {what}.", hint=hint, fixes=fixes)
+    return image, ""
+
+
 def _wheel_source(kb: Knowledge, version: str, label: str, host: str, plat: ReleasePlatform, on_default: bool,
                   variant: str) -> Decision:
     """Where the torch wheel comes from: the default package index, or PyTorch's index of the variant."""
@@ -804,13 +849,28 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         _extension_plan(ext, spec, kb, torch_plan, arch_list, targets, decisions, warnings) for ext in spec.extensions
     ]
 
-    base_image = spec.base.image or f"python:{py}-slim-bookworm"
+    base_image, python_install = _base_python(spec, kb, targets, chosen)
     decisions.append(Decision(
         "base image", base_image,
         ("given in [base] image" if spec.base.image else
+         f"Debian slim: no official Python image has a free-threaded build (docker-library/python#1082), so "
+         f"uv installs CPython {py} into it (below)" if python_install else
          "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
          "and the driver comes from the host")
         + ("" if host == "x86_64" else f"; its {platform} variant (the base must offer {platform})"), ""))
+    if python_install:
+        decisions.append(Decision(
+            "python", f"CPython {py} (free-threaded) installed by uv",
+            f"`uv python install {py}` in the base stage puts python-build-standalone's free-threaded build in "
+            f"{PYTHON_INSTALL_DIR} and python{py} in /usr/local/bin, for every stage; it downloads the interpreter "
+            "at build time (GitHub, or the mirror in UV_PYTHON_INSTALL_MIRROR): neither the offline kiln-base "
+            "(Debian bookworm, Python 3.11) nor any Debian or Ubuntu archive has a free-threaded Python", "DISTRO"))
+    if free_threaded(py):
+        warnings.append(
+            f"Python {py} is free-threaded: every compiled package must have a cp{py.replace('.', '')} wheel "
+            f"(tag cp{py.replace('.', '').removesuffix('t')}-cp{py.replace('.', '')}) or build from source for it; "
+            "a package with only GIL wheels is compiled from its sdist (a compiler is then needed) or fails, and "
+            "one whose extension does not declare free-threading support turns the GIL back on at import.")
     toolchain = _toolchain(spec, base_image, kb, torch_plan, ext_plans, decisions, warnings)
     dev_toolchain = toolchain if toolchain is not None else _dev_toolchain(spec, base_image, kb, torch_plan,
                                                                            decisions, warnings)
@@ -818,6 +878,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
     apt = list(spec.packages.apt)
     if spec.base.python == "apt":
         apt.insert(0, f"python{py}")
+    if python_install:
+        apt.insert(0, "ca-certificates")  # uv downloads the interpreter over HTTPS
 
     return BuildPlan(
         image_name=spec.image.name,
@@ -856,4 +918,5 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         bytecode="all" if spec.python.precompile == "all" else "imports",
         precompile=_precompile(spec, torch_plan),
         platform=platform,
+        python_install=python_install,
     )
