@@ -177,6 +177,8 @@ class BuildPlan:
     locked: LockPins | None = None
     #: a Python uv installs into the base stage ("3.13t": a free-threaded CPython no base image provides), or ""
     python_install: str = ""
+    #: [gpu] forward_compat: the NVIDIA image whose cuda-compat libraries the runtime carries, or ""
+    cuda_compat: str = ""
 
     @property
     def image_ref(self) -> str:
@@ -202,6 +204,7 @@ class BuildPlan:
             "cuda": self.torch.cuda,
             "python": self.python,
             "python_install": self.python_install,
+            "cuda_compat": self.cuda_compat,
             "base_image": self.base_image,
             "arch_list": self.arch_list,
             "wheel_arch_list": self.torch.wheel_arch_list,

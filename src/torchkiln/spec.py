@@ -212,6 +212,13 @@ class GpuSpec(_Strict):
     targets: list[str] = Field(default_factory=list)
     min_driver: str | None = None
     ptx: bool = True
+    forward_compat: bool = Field(
+        default=False,
+        description=(
+            "CUDA forward compatibility: carry NVIDIA's cuda-compat libraries so a newer CUDA runs on an older "
+            "driver branch (data-center GPUs only); used at container start only when the host driver is older"
+        ),
+    )
 
     @field_validator("min_driver")
     @classmethod

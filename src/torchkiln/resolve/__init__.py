@@ -43,6 +43,7 @@ from torchkiln.plan import (
     TorchBuildPlan,
     TorchPlan,
 )
+from torchkiln.resolve.compat import compat_facts, compat_problems, eligible
 from torchkiln.resolve.base import FREE_THREADED_BASE, PYTHON_INSTALL_DIR, distro_of, official_python_image
 from torchkiln.resolve.ext import (
     _SUGGESTING,
@@ -139,11 +140,20 @@ def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb
             elif (why := _toolkit_lacks(kb, c.cuda, t.capability)) is not None:
                 problems.append(f"CUDA {c.cuda} cannot compile for {t.name}: {why}")
     floor, _ = kb.driver_floor(c.cuda)
-    if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(floor):
+    if spec.gpu.forward_compat:
+        problems += _compat_problems(c.cuda, spec, targets)
+    elif spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(floor):
         problems.append(
             f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver {spec.gpu.min_driver}"
         )
     return problems + _gpu_driver_problems(spec, targets, kb)
+
+
+def _compat_problems(cuda: str, spec: Spec, targets: tuple[_Target, ...]) -> list[str]:
+    """``[gpu] forward_compat = true``: why NVIDIA's cuda-compat cannot carry CUDA ``cuda`` here (empty: it can)."""
+    rule = compat_facts().rules.get(cuda.split(".")[0])
+    driver = spec.gpu.min_driver or (rule.min_driver if rule else "0")
+    return [f"[gpu] forward_compat: {p}" for p in compat_problems(cuda, driver, [t.name for t in targets])]
 
 
 def _toolkit_lacks(kb: Knowledge, cuda: str, capability: object) -> str | None:
@@ -170,10 +180,19 @@ def _gpu_driver_problems(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge
     """Targets the spec's ``min_driver`` cannot run at all, whatever the image holds."""
     if spec.gpu.min_driver is None:
         return []
-    return [f"{t.name} needs driver {driver} or newer (the first driver that knows compute capability "
-            f"{t.capability}, shipped with CUDA {cuda}), but the image must run on driver {spec.gpu.min_driver}"
-            for t, driver, cuda, _src in _gpu_driver_floors(targets, kb)
-            if _driver_key(spec.gpu.min_driver) < _driver_key(driver)]
+    out = [f"{t.name} needs driver {driver} or newer (the first driver that knows compute capability "
+           f"{t.capability}, shipped with CUDA {cuda}), but the image must run on driver {spec.gpu.min_driver}"
+           for t, driver, cuda, _src in _gpu_driver_floors(targets, kb)
+           if _driver_key(spec.gpu.min_driver) < _driver_key(driver)]
+    affected = {t.name for t, driver, _c, _s in _gpu_driver_floors(targets, kb)
+                if _driver_key(spec.gpu.min_driver) < _driver_key(driver)}
+    others = [t.name for t in targets if t.name not in affected]
+    if out and others:
+        out.append(f"[gpu] min_driver is the floor of the whole image, and only {', '.join(sorted(affected))} "
+                   f"cannot run on driver {spec.gpu.min_driver}: the nodes with {', '.join(others)} keep running "
+                   f"it there (build {', '.join(sorted(affected))} into an image of its own, e.g. a [matrix] gpu "
+                   "axis, or drop it from this one)")
+    return out
 
 
 def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -222,7 +241,9 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
                     f"{'' if any(e.kind == 'ptx' for e in row.entries) else ' and no PTX'}"
                 )
     floor, _ = kb.driver_floor(c.cuda)
-    if spec.gpu.min_driver is not None:
+    if spec.gpu.forward_compat:  # the compat libcuda is CUDA {c.cuda}'s own driver: floor and PTX JIT are its
+        problems += _compat_problems(c.cuda, spec, targets)
+    elif spec.gpu.min_driver is not None:
         if _driver_key(spec.gpu.min_driver) < _driver_key(floor):
             problems.append(
                 f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver "
@@ -358,6 +379,23 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
            problems: list[str]) -> Iterable[tuple[str, str, Patch]]:
     """Changes to the spec that might resolve, nearest first (``_suggest`` keeps those that do)."""
     host = failed.host if failed is not None else _host(spec, targets)[0]
+    if (not spec.gpu.forward_compat and spec.gpu.min_driver is not None and targets
+            and all(eligible(t.name) for t in targets)
+            and any("but the image must run on driver" in p and p.startswith("CUDA ") for p in problems)):
+        cuda = failed.cuda if failed is not None else ""
+        rule = compat_facts().rules.get(cuda.split(".")[0])
+        fc: Patch = {"gpu": {"forward_compat": True}}
+        why = ("NVIDIA's cuda-compat package runs CUDA {cuda} on a driver of {branches} with data-center GPUs; the "
+               "image switches it on at start only when the host driver is older")
+        if rule is not None:
+            yield ("forward compat", f"[gpu] forward_compat = true ({why.format(cuda=cuda, branches=rule.branches)})",
+                   fc)
+        for c in _all_candidates(kb, host)[:60]:  # another CUDA major whose compat package the branch supports
+            other = compat_facts().rules.get(c.cuda.split(".")[0])
+            if other is not None and other is not rule and c.cuda != "cpu":
+                text, patch = _torch_idea(c)
+                yield ("forward compat", f"{text} and [gpu] forward_compat = true "
+                       f"({why.format(cuda=c.cuda, branches=other.branches)})", {**patch, **fc})
     fitting = [("torch", c) for c in _all_candidates(kb, host, cpu=spec.torch.cuda == "cpu")]
     if failed is not None:
         plat = failed.on
@@ -829,8 +867,23 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         target_plans = _source_targets(targets, arch_list)
 
     # driver floor
+    cuda_compat = ""
     if chosen.cuda == "cpu":
         min_driver, min_driver_source, require = None, "", None
+    elif spec.gpu.forward_compat:
+        rule = compat_facts().rules[chosen.cuda.split(".")[0]]
+        cuda_compat = compat_facts().images[chosen.cuda]
+        min_driver, min_driver_source, require = rule.min_driver, rule.source, rule.require
+        gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if _driver_key(f[1]) > _driver_key(min_driver)]
+        why = (f"[gpu] forward_compat: NVIDIA's cuda-compat package of CUDA {chosen.cuda} (copied from {cuda_compat}) "
+               f"runs it on {rule.branches} drivers of data-center GPUs; the entrypoint puts it first on the library "
+               "path only when the host driver is older than it, so a newer host driver is never shadowed; "
+               f"NVIDIA_REQUIRE_CUDA={require}")
+        if gpu_floors:
+            t, min_driver, first, min_driver_source = max(gpu_floors, key=lambda f: _driver_key(f[1]))
+            why += (f"; but {t.name} (compute capability {t.capability}) needs {min_driver}, the first driver "
+                    f"that knows it (CUDA {first}): compat libraries cannot teach an older kernel driver a GPU")
+        decisions.append(Decision("driver floor", min_driver, why, min_driver_source))
     else:
         min_driver, min_driver_source = kb.driver_floor(chosen.cuda)
         major = chosen.cuda.split(".")[0]
@@ -919,4 +972,5 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         precompile=_precompile(spec, torch_plan),
         platform=platform,
         python_install=python_install,
+        cuda_compat=cuda_compat,
     )

@@ -109,6 +109,10 @@ def spec_from_labels(labels: Mapping[str, str]) -> dict[str, Any] | None:
         out["cuda"] = cuda
     if driver:
         out["min_driver"] = driver
+    if labels.get("io.torchkiln.python"):
+        out["python"] = labels["io.torchkiln.python"]
+    if labels.get("io.torchkiln.cuda-compat"):
+        out["forward_compat"] = True
     return out
 
 
