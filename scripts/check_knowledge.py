@@ -49,7 +49,7 @@ from packaging.version import Version
 
 from torchkiln.arch import Capability
 from torchkiln.inspect.fatbin import read_fatbins
-from torchkiln.knowledge import load_knowledge
+from torchkiln.knowledge import load_knowledge, python_key
 
 WHEEL = re.compile(
     r"^torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
@@ -204,7 +204,13 @@ def index_files(index_url: str) -> list[dict]:
 
 
 def _py(tag: str) -> str:
+    """``cp313`` -> "3.13"; the ABI tag ``cp313t`` (a free-threaded build) -> "3.13t"."""
     return f"{tag[2]}.{tag[3:]}"
+
+
+def _wheel_python(m: re.Match) -> str:
+    abi = m.group("abi")
+    return _py(abi) if abi.endswith("t") else _py(m.group("py"))
 
 
 # -- comparing with the knowledge base --------------------------------------------------------------
@@ -218,7 +224,7 @@ def compare(kb, version: str, platform: str, m: Measured, pythons: list[str] | N
     if plat is None:
         return [f"the knowledge base has no {platform} wheels for torch {rel.series}"]
     if pythons is not None:
-        known = sorted(set(plat.python) - set(plat.python_index_only), key=Version)  # those on PyPI
+        known = sorted(set(plat.pythons(version)) - set(plat.python_index_only), key=python_key)  # those on PyPI
         if known != pythons:
             problems.append(f"Python on the index {', '.join(pythons)} but knowledge says {', '.join(known)} "
                             "(python minus python_index_only)")
@@ -272,10 +278,25 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         if s in wanted_series and plat in args.platform:
             if (s, plat) not in newest or Version(v) > Version(newest[(s, plat)]):
                 newest[(s, plat)] = v
+    # every patch's Python set (the file list alone: nothing is downloaded), so a Python a later patch
+    # dropped (3.13t after 2.12.0) is checked against the row's python_until too
+    for v, plat in sorted(by, key=lambda k: (Version(k[0]), k[1])):
+        if series_of[v] not in wanted_series or plat not in args.platform or (series_of[v], plat) not in newest \
+                or newest[(series_of[v], plat)] == v:
+            continue
+        rel = kb.release_of(v)
+        on = rel.platforms.get(plat) if rel is not None else None
+        got = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in by[(v, plat)]}, key=python_key)
+        known = (sorted(set(on.pythons(v)) - set(on.python_index_only), key=python_key) if on is not None else [])
+        problems = [] if known == got else [f"Python on the index {', '.join(got)} but knowledge says "
+                                            f"{', '.join(known)} (python minus python_index_only, this patch)"]
+        emit(f"{'OK  ' if not problems else 'DIFF'} torch {v} {plat}: Python {', '.join(got)} (file list only)"
+             + "".join(f"\n       - {p}" for p in problems))
+        args.bad += bool(problems)
     for s, plat in sorted(newest, key=lambda k: (Version(k[0]), k[1])):
         version = newest[(s, plat)]
         wheels = by[(version, plat)]
-        pythons = sorted({_py(WHEEL.match(w["filename"]).group("py")) for w in wheels}, key=Version)
+        pythons = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in wheels}, key=python_key)
         pick = next((w for w in wheels if "-cp311-cp311-" in w["filename"]), wheels[0])
         key = f"{pick['filename']} sha256={pick.get('hashes', {}).get('sha256', '')}"
         if key in args.cached:
