@@ -785,7 +785,9 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         companions=_companions(spec, version, rel, label),
     )
     why_version = (
-        "pinned in the spec" if spec.torch.version and not any(c in spec.torch.version for c in "<>=!~,")
+        f"'{spec.torch.version}' names the {rel.series} series: its newest patch that passes every check "
+        f"(patches: {', '.join(rel.patches)})" if spec.torch.version == rel.series
+        else "pinned in the spec" if spec.torch.version and not any(c in spec.torch.version for c in "<>=!~,")
         else f"newest release satisfying {spec.torch.version or 'any version'} that passes every check"
     )
     decisions.append(Decision("platform", platform, why_host, "GPUS" if spec.image.platform is None and targets

@@ -1,0 +1,126 @@
+"""Issue #30: series versions, Python per base distribution, min_driver errors that name the affected targets,
+source-build fixes only where the toolkit knows the arch, platform variants, long compile steps announced."""
+
+import pytest
+
+from torchkiln.errors import ExitCode, ResolveError
+from torchkiln.knowledge import load_knowledge
+from torchkiln.resolve import resolve
+from torchkiln.resolve.base import distro_of
+from torchkiln.spec import parse_spec
+
+
+def plan(**tables):
+    return resolve(parse_spec({"image": {"name": "acme/t"}, **tables}), load_knowledge())
+
+
+def fails(**tables) -> ResolveError:
+    with pytest.raises(ResolveError) as e:
+        plan(**tables)
+    assert e.value.exit_code == ExitCode.RESOLVE
+    return e.value
+
+
+def test_a_series_means_its_newest_patch_and_the_plan_says_so() -> None:
+    p = plan(torch={"version": "2.9"}, gpu={"targets": ["H100"]})
+    assert p.torch.version == "2.9.1"
+    why = next(d for d in p.decisions if d.topic == "torch").why
+    assert "2.9" in why and "newest" in why
+    assert plan(torch={"version": "2.12"}, python={"version": "3.13t"}).torch.version == "2.12.0"  # 2.12.1 has none
+    e = fails(torch={"version": "2.99"})
+    assert "not a release torchkiln knows" in e.message
+
+
+@pytest.mark.parametrize("image, name", [
+    ("nvidia/cuda:12.6.3-runtime-ubuntu22.04", "Ubuntu 22.04 (jammy)"),
+    ("ubuntu:24.04", "Ubuntu 24.04 (noble)"),
+    ("debian:bookworm-slim", "Debian 12 (bookworm)"),
+    ("kiln-base:bookworm-arm64", "Debian 12 (bookworm)"),
+    ("registry.example/acme/base:1", None),
+])
+def test_distribution_of_an_image(image: str, name: str | None) -> None:
+    d = distro_of(image)
+    assert (d.name if d else None) == name
+
+
+def test_ubuntu_22_04_apt_has_no_python_3_12() -> None:
+    e = fails(torch={"version": "2.8.0"}, python={"version": "3.12"},
+              base={"image": "nvidia/cuda:12.8.1-runtime-ubuntu22.04", "python": "apt"})
+    assert "Ubuntu 22.04" in e.message and "3.10, 3.11" in e.message and "python3.12" in e.message
+    assert {"python": {"version": "3.10"}} in e.fixes
+    ok = plan(torch={"version": "2.8.0"}, python={"version": "3.12"},
+              base={"image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04", "python": "apt"})
+    assert ok.apt_packages[0] == "python3.12"
+    assert plan(torch={"version": "2.8.0"}, python={"version": "3.11"},
+                base={"image": "debian:bookworm", "python": "apt"}).python_exe == "python3.11"
+    e = fails(torch={"version": "2.8.0"}, python={"version": "3.12"}, base={"image": "debian:bookworm", "python": "apt"})
+    assert "Debian 12 (bookworm)" in e.message
+
+
+def test_suggested_cuda_runtime_bases_keep_a_python_their_archive_has() -> None:
+    """A fix that puts the spec on nvidia/cuda:*-ubuntu22.04 with python = "apt" is not offered for 3.12."""
+    e = fails(torch={"version": "2.8.0", "cuda": "12.8"}, python={"version": "3.12"}, gpu={"targets": ["H100"]},
+              extensions=[{"name": "flash-attn", "version": "2.8.3", "prebuilt": False}])
+    assert all("ubuntu22.04" not in f.get("base", {}).get("image", "") for f in e.fixes)
+
+
+def test_min_driver_error_names_the_affected_target_and_what_the_others_keep() -> None:
+    e = fails(torch={"version": "2.9.1"}, gpu={"targets": ["RTX 5090", "T4", "A100"], "min_driver": "535.104"})
+    assert "RTX 5090 needs driver 570.26" in e.message
+    assert "only RTX 5090 cannot run on driver 535.104" in e.message and "T4, A100 keep running it" in e.message
+    assert {"gpu": {"targets": ["T4", "A100"]}} in e.fixes and {"gpu": {"min_driver": "570.26"}} in e.fixes
+
+
+def test_thor_on_cu128_offers_no_source_build_that_cannot_compile_sm_110() -> None:
+    e = fails(torch={"version": "2.9.1", "cuda": "12.8"}, gpu={"targets": ["Jetson Thor"]})
+    assert "no kernel image for Jetson Thor" in e.message
+    assert all(f.get("torch", {}).get("source") != "git" or f["torch"]["cuda"] >= "13.0" for f in e.fixes)
+    assert {"torch": {"version": "2.9.1", "cuda": "13.0"}} in e.fixes
+    e = fails(torch={"version": "2.9.1", "cuda": "12.8", "source": "git"}, gpu={"targets": ["Jetson Thor"]})
+    assert "first known to CUDA 13.0" in e.message
+
+
+def test_every_offered_fix_resolves() -> None:
+    kb = load_knowledge()
+    cases = [
+        dict(torch={"version": "2.6.0", "cuda": "12.4"}, gpu={"targets": ["GH200"]}),
+        dict(torch={"version": "2.9.1", "cuda": "12.8"}, gpu={"targets": ["Jetson Thor"]}),
+        dict(torch={"version": "2.13.0"}, python={"version": "3.13t"}),
+        dict(torch={"cuda": "13.0"}, gpu={"targets": ["L4", "A100"], "min_driver": "535.104"}),
+        dict(torch={"version": "2.8.0"}, python={"version": "3.12"},
+             base={"image": "nvidia/cuda:12.8.1-runtime-ubuntu22.04", "python": "apt"}),
+        dict(torch={"version": "2.9.1"}, gpu={"targets": ["RTX 5090", "T4"], "min_driver": "535.104"}),
+    ]
+    from torchkiln.resolve.ext import _patched
+
+    for case in cases:
+        spec = parse_spec({"image": {"name": "acme/t"}, **case})
+        with pytest.raises(ResolveError) as e:
+            resolve(spec, kb)
+        assert e.value.fixes, case
+        for fix in e.value.fixes:
+            resolve(_patched(spec, fix), kb)  # raises if a fix does not work
+
+
+@pytest.mark.parametrize("version, cudas", [("2.6.0", {"12.6"}), ("2.7.1", {"12.8"}), ("2.14.1", {"12.6", "13.0"})])
+def test_auto_never_names_an_aarch64_variant_without_wheels(version: str, cudas: set[str]) -> None:
+    for driver in ("535.104", "580.65.06", None):
+        p = plan(torch={"version": version}, gpu={"targets": ["GH200"], **({"min_driver": driver} if driver else {})})
+        assert p.torch.cuda in cudas
+
+
+def test_auto_for_2_14_0_is_never_cu129() -> None:
+    for driver in ("535.104", "575.51.03", None):
+        p = plan(torch={"version": "2.14.0"}, gpu={"targets": ["H100"], **({"min_driver": driver} if driver else {})})
+        assert p.torch.variant in {"cu126", "cu130"}
+
+
+def test_long_compile_steps_are_found() -> None:
+    from torchkiln.cli.build import long_steps
+
+    p = plan(torch={"version": "2.9.1", "cuda": "13.0"}, gpu={"targets": ["H100", "A100"]},
+             extensions=[{"name": "flash-attn", "version": "2.8.3", "prebuilt": False}])
+    slow = long_steps(p, cores=2, mem_gib=8)
+    assert [e.what for e in slow] == ["flash-attn"] and slow[0].wall_minutes > 10
+    assert long_steps(p, cores=2, mem_gib=8, minutes=10**6) == []
+    assert long_steps(plan(torch={"version": "2.9.1"}), cores=2, mem_gib=8) == []
