@@ -124,3 +124,9 @@ def test_long_compile_steps_are_found() -> None:
     assert [e.what for e in slow] == ["flash-attn"] and slow[0].wall_minutes > 10
     assert long_steps(p, cores=2, mem_gib=8, minutes=10**6) == []
     assert long_steps(plan(torch={"version": "2.9.1"}), cores=2, mem_gib=8) == []
+
+
+def test_python_3_12_gets_an_ubuntu_24_04_cuda_base_fix() -> None:
+    e = fails(torch={"version": "2.8.0", "cuda": "12.8"}, python={"version": "3.12"}, gpu={"targets": ["H100"]},
+              extensions=[{"name": "flash-attn", "version": "2.8.3", "prebuilt": False}])
+    assert any(f.get("base", {}).get("image", "").endswith("-runtime-ubuntu24.04") for f in e.fixes)

@@ -314,6 +314,8 @@ def _all_candidates(kb: Knowledge, host: str, cudas: Iterable[str] | None = None
 #: for suggesting a base whose devel sibling compiles extensions where NVIDIA ships no nvcc wheel
 CUDA_IMAGE_RELEASES = {"11.8": "11.8.0", "12.1": "12.1.1", "12.4": "12.4.1", "12.6": "12.6.3", "12.8": "12.8.1",
                        "12.9": "12.9.1"}
+#: the releases above that NVIDIA also publishes on Ubuntu 24.04 (whose apt Python is 3.12)
+CUDA_IMAGE_UBUNTU_24 = frozenset({"12.6.3", "12.8.1", "12.9.1"})
 
 
 
@@ -366,13 +368,15 @@ def _base_idea(cuda: str, c: _Candidate | None = None) -> Iterable[tuple[str, st
     release = CUDA_IMAGE_RELEASES.get(cuda)
     if release is None:
         return
-    base = {"image": f"nvidia/cuda:{release}-runtime-ubuntu22.04", "python": "apt"}
-    text = f'[base] image = "{base["image"]}" with python = "apt"'
-    if c is None:
-        yield "base", text, {"base": base}
-    else:
-        torch_text, patch = _torch_idea(c)
-        yield "base", f"{torch_text} on {text}", {**patch, "base": base}
+    # Ubuntu 22.04 first (Python 3.10, 3.11 from apt), then 24.04 (3.12) where NVIDIA publishes that tag
+    for os_tag in ("ubuntu22.04", *(["ubuntu24.04"] if release in CUDA_IMAGE_UBUNTU_24 else [])):
+        base = {"image": f"nvidia/cuda:{release}-runtime-{os_tag}", "python": "apt"}
+        text = f'[base] image = "{base["image"]}" with python = "apt"'
+        if c is None:
+            yield "base", text, {"base": base}
+        else:
+            torch_text, patch = _torch_idea(c)
+            yield "base", f"{torch_text} on {text}", {**patch, "base": base}
 
 
 def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Candidate | None,
