@@ -11,7 +11,7 @@ from torchkiln.spec import parse_spec
 
 
 def plan(**tables):
-    return resolve(parse_spec({"image": {"name": "acme/t"}, **tables}), load_knowledge())
+    return resolve(parse_spec({"image": {"name": "acme/t"}, **tables}), load_knowledge())  # image= overrides
 
 
 def fails(**tables) -> ResolveError:
@@ -130,3 +130,14 @@ def test_python_3_12_gets_an_ubuntu_24_04_cuda_base_fix() -> None:
     e = fails(torch={"version": "2.8.0", "cuda": "12.8"}, python={"version": "3.12"}, gpu={"targets": ["H100"]},
               extensions=[{"name": "flash-attn", "version": "2.8.3", "prebuilt": False}])
     assert any(f.get("base", {}).get("image", "").endswith("-runtime-ubuntu24.04") for f in e.fixes)
+
+
+def test_platform_moves_are_offered_only_where_they_resolve() -> None:
+    e = fails(image={"name": "acme/t", "platform": "linux/amd64"}, torch={"version": "2.5.1"},
+              gpu={"targets": ["GH200"]})
+    # 2.5.1 has no aarch64 CUDA wheels: the bare move would not resolve, the move with the nearest torch does
+    assert {"image": {"platform": "linux/arm64"}} not in e.fixes
+    assert {"image": {"platform": "linux/arm64"}, "torch": {"version": "2.6.0", "cuda": "12.6"}} in e.fixes
+    e = fails(image={"name": "acme/t", "platform": "linux/amd64"}, torch={"version": "2.9.1"},
+              gpu={"targets": ["GH200"]})
+    assert e.fixes[0] == {"image": {"platform": "linux/arm64"}}

@@ -690,6 +690,41 @@ def _base_python(spec: Spec, kb: Knowledge, targets: tuple[_Target, ...], chosen
     return image, ""
 
 
+def _platform_error(spec: Spec, kb: Knowledge, targets: tuple[_Target, ...], error: ResolveError) -> ResolveError:
+    """The error of targets that cannot share the image's platform, with the platform moves (or target splits)
+    that resolve as its fixes."""
+    ideas: list[tuple[str, str, Patch]] = []
+    for host, oci in OCI_PLATFORM.items():
+        if spec.image.platform != oci:
+            ideas.append(("platform", f'[image] platform = "{oci}"', {"image": {"platform": oci}}))
+            for c in _nearest(spec, _all_candidates(kb, host))[:30]:  # the move with a torch that has wheels there
+                text, patch = _torch_idea(c)
+                ideas.append(("platform", f'[image] platform = "{oci}" with {text}', {**patch,
+                                                                                      "image": {"platform": oci}}))
+    groups: dict[str, list[str]] = {}
+    for t in targets:
+        groups.setdefault(t.hosts[0], []).append(t.name)
+    if len(groups) > 1:
+        for h, names in groups.items():
+            ideas.append(("split", f"one image for {', '.join(names)} ([gpu] targets = {names}, {OCI_PLATFORM[h]})",
+                          {"gpu": {"targets": names}, "image": {"platform": OCI_PLATFORM[h]}}))
+    hint, fixes = _suggest(spec, kb, ideas, "No platform move resolves with these settings; build one image per "
+                           "platform, each spec with its own targets.")
+    if fixes and len(groups) > 1:
+        hint += " Or build one image per platform, each spec with its own targets."
+    return ResolveError(error.message, hint=hint, fixes=fixes)
+
+
+def _nearest(spec: Spec, candidates: list[_Candidate]) -> list[_Candidate]:
+    """Candidates nearest the spec's pinned torch first (stable: newest first among equals)."""
+    try:
+        want = Version(spec.torch.version)
+    except Exception:  # a specifier or nothing: newest first
+        return candidates
+    return sorted(candidates, key=lambda c: abs((Version(c.version).major - want.major) * 100
+                                                + Version(c.version).minor - want.minor))
+
+
 def _wheel_source(kb: Knowledge, version: str, label: str, host: str, plat: ReleasePlatform, on_default: bool,
                   variant: str) -> Decision:
     """Where the torch wheel comes from: the default package index, or PyTorch's index of the variant."""
@@ -726,7 +761,10 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
 
         return resolve_image(spec, kb, facts, own=resolve)
     targets = _targets(spec, kb)
-    host, why_host = _host(spec, targets)
+    try:
+        host, why_host = _host(spec, targets)
+    except ResolveError as e:  # a platform move is offered only where it resolves
+        raise _platform_error(spec, kb, targets, e) from None
     platform = OCI_PLATFORM[host]
     decisions: list[Decision] = []
     warnings: list[str] = []
