@@ -144,3 +144,13 @@ def test_verify_spec_carries_python() -> None:
     p = plan(torch={"version": "2.9.1"}, python={"version": "3.14t"}, gpu={"targets": ["H100"]})
     assert verify_spec(p)["python"] == "3.14t"
     assert spec_from_labels({"io.torchkiln.cuda": "12.8", "io.torchkiln.python": "3.14t"})["python"] == "3.14t"
+
+
+def test_index_wheels_of_extensions_are_not_taken_for_a_free_threaded_python() -> None:
+    gil = plan(torch={"version": "2.9.0"}, gpu={"targets": ["H100"]},
+               extensions=[{"name": "xformers", "version": "0.0.33"}])
+    ft = plan(torch={"version": "2.9.0", "cuda": "13.0"}, python={"version": "3.13t"}, gpu={"targets": ["H100"]},
+              extensions=[{"name": "xformers", "version": "0.0.33"}])
+    assert gil.extensions[0].build == "prebuilt"
+    assert ft.extensions[0].build == "source"
+    assert any("free-threaded" in d.why for d in ft.decisions if d.topic == "extension xformers")
