@@ -141,3 +141,19 @@ def test_platform_moves_are_offered_only_where_they_resolve() -> None:
     e = fails(image={"name": "acme/t", "platform": "linux/amd64"}, torch={"version": "2.9.1"},
               gpu={"targets": ["GH200"]})
     assert e.fixes[0] == {"image": {"platform": "linux/arm64"}}
+
+
+def test_the_build_warns_before_a_long_compile(tmp_path, capsys) -> None:
+    from torchkiln.cli import build as cli_build
+
+    spec = tmp_path / "kiln.toml"
+    spec.write_text('[image]\nname = "acme/t"\n[torch]\nversion = "2.9.1"\ncuda = "13.0"\n[gpu]\n'
+                    'targets = ["H100", "A100"]\n[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\n'
+                    "prebuilt = false\n")
+    cli_build._warn_long_steps(spec, None, ask=False)
+    err = capsys.readouterr().err
+    assert "flash-attn" in err and "--yes" in err and "CPU-minutes" in err
+    quick = tmp_path / "quick.toml"
+    quick.write_text('[image]\nname = "acme/t"\n[torch]\nversion = "2.9.1"\n')
+    cli_build._warn_long_steps(quick, None, ask=False)
+    assert capsys.readouterr().err == ""

@@ -40,7 +40,7 @@ from torchkiln.cli._common import (
 )
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.engines import BuildEvent, StepRecord, get_engine
-from torchkiln.errors import InputError, KilnError
+from torchkiln.errors import ExitCode, InputError, KilnError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_plan
 from torchkiln.plan import BuildPlan
@@ -425,8 +425,8 @@ def _warn_long_steps(spec: Path, platform: str | None, *, ask: bool) -> None:
                       "A prebuilt wheel (`kiln explain` says why none matched), fewer [gpu] targets or a bigger "
                       "machine shortens it; --yes skips this warning.", highlight=False, markup=False)
     if ask and not typer.confirm("Start the build?", default=True, err=True):
-        raise InputError("the build was not started (declined at the long-build question).",
-                         hint="Run it again with --yes to start it without asking.")
+        err_console.print("not started (run it again with --yes to start without asking)", highlight=False)
+        raise typer.Exit(code=int(ExitCode.INTERRUPTED))  # the user stopped it, as with Ctrl-C
 
 
 def _dry_run(inv: BuildInvocation, as_json: bool) -> None:
