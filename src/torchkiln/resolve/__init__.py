@@ -920,7 +920,7 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         min_driver, min_driver_source, require = rule.min_driver, rule.source, rule.require
         gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if _driver_key(f[1]) > _driver_key(min_driver)]
         why = (f"[gpu] forward_compat: NVIDIA's cuda-compat package of CUDA {chosen.cuda} (copied from {cuda_compat}) "
-               f"runs it on {rule.branches} drivers of data-center GPUs; the entrypoint puts it first on the library "
+               f"runs it on a driver of {rule.branches} with data-center GPUs; the entrypoint puts it first on the library "
                "path only when the host driver is older than it, so a newer host driver is never shadowed; "
                f"NVIDIA_REQUIRE_CUDA={require}")
         if gpu_floors:
