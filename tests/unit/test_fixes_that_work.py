@@ -53,7 +53,8 @@ def test_ubuntu_22_04_apt_has_no_python_3_12() -> None:
     assert ok.apt_packages[0] == "python3.12"
     assert plan(torch={"version": "2.8.0"}, python={"version": "3.11"},
                 base={"image": "debian:bookworm", "python": "apt"}).python_exe == "python3.11"
-    e = fails(torch={"version": "2.8.0"}, python={"version": "3.12"}, base={"image": "debian:bookworm", "python": "apt"})
+    e = fails(torch={"version": "2.8.0"}, python={"version": "3.12"},
+              base={"image": "debian:bookworm", "python": "apt"})
     assert "Debian 12 (bookworm)" in e.message
 
 

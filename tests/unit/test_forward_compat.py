@@ -65,7 +65,8 @@ def test_plan_and_render() -> None:
     assert any(d.topic == "driver floor" and "never shadowed" in d.why for d in p.decisions)
     text = render_dockerfile(p)
     runtime = text[text.index("AS runtime"):]
-    assert "COPY --from=nvidia/cuda:13.0.0-base-ubuntu24.04 /usr/local/cuda-13.0/compat /usr/local/cuda/compat" in runtime
+    copy = "COPY --from=nvidia/cuda:13.0.0-base-ubuntu24.04 /usr/local/cuda-13.0/compat /usr/local/cuda/compat"
+    assert copy in runtime
     assert 'ENTRYPOINT ["/usr/local/bin/kiln-cuda-compat"]' in runtime
     assert "LD_LIBRARY_PATH" not in text and "ldconfig" not in text  # never switched on for every host
     assert context_files(p)[".kiln/cuda-compat.sh"] == entrypoint_script("13.0")

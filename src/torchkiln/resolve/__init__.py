@@ -43,8 +43,8 @@ from torchkiln.plan import (
     TorchBuildPlan,
     TorchPlan,
 )
-from torchkiln.resolve.compat import compat_facts, compat_problems, eligible
 from torchkiln.resolve.base import FREE_THREADED_BASE, PYTHON_INSTALL_DIR, distro_of, official_python_image
+from torchkiln.resolve.compat import compat_facts, compat_problems, eligible
 from torchkiln.resolve.ext import (
     _SUGGESTING,
     Patch,
@@ -161,7 +161,8 @@ def _toolkit_lacks(kb: Knowledge, cuda: str, capability: object) -> str | None:
     the architecture arrived with a later toolkit (sm_110: CUDA 13.0; sm_103, sm_121: 12.9), else None."""
     first = kb.arch_first_cuda.get(str(capability))
     if first is not None and cuda_key(cuda) < cuda_key(first[0]):
-        return f"compute capability {capability} (sm_{str(capability).replace('.', '')}) is first known to CUDA {first[0]}"
+        sm = str(capability).replace(".", "")
+        return f"compute capability {capability} (sm_{sm}) is first known to CUDA {first[0]}"
     return None
 
 
@@ -666,9 +667,9 @@ def _base_python(spec: Spec, kb: Knowledge, targets: tuple[_Target, ...], chosen
                        f"which has Python {', '.join(distro.python)} only: `apt-get install python{py}` would fail")
         if problem:
             ideas: list[tuple[str, str, Patch]] = []
-            for v in (distro.python if distro is not None and not free_threaded(py) else ()):
-                ideas.append(("python", f'[python] version = "{v}" (the Python of {distro.name})',
-                              {"python": {"version": v}}))
+            if distro is not None and not free_threaded(py):
+                ideas += [("python", f'[python] version = "{v}" (the Python of {distro.name})',
+                           {"python": {"version": v}}) for v in distro.python]
             ideas.append(("base", "remove [base] image and python: torchkiln's default base for this Python",
                           {"base": {"image": "", "python": "image"}}))
             hint, fixes = _suggest(spec, kb, ideas, "Use a [python] version the base's archive has, or a base "
@@ -920,8 +921,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         min_driver, min_driver_source, require = rule.min_driver, rule.source, rule.require
         gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if _driver_key(f[1]) > _driver_key(min_driver)]
         why = (f"[gpu] forward_compat: NVIDIA's cuda-compat package of CUDA {chosen.cuda} (copied from {cuda_compat}) "
-               f"runs it on a driver of {rule.branches} with data-center GPUs; the entrypoint puts it first on the library "
-               "path only when the host driver is older than it, so a newer host driver is never shadowed; "
+               f"runs it on a driver of {rule.branches} with data-center GPUs; the entrypoint puts it first on the "
+               "library path only when the host driver is older than it, so a newer host driver is never shadowed; "
                f"NVIDIA_REQUIRE_CUDA={require}")
         if gpu_floors:
             t, min_driver, first, min_driver_source = max(gpu_floors, key=lambda f: _driver_key(f[1]))

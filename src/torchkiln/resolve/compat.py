@@ -97,7 +97,8 @@ def entrypoint_script(cuda: str) -> str:
 compat=${{KILN_CUDA_COMPAT_DIR:-{COMPAT_DIR}}}
 lib=$(ls "$compat"/libcuda.so.*.* 2>/dev/null | head -n 1)
 ours=${{lib##*/libcuda.so.}}
-host=$(grep -o '[0-9][0-9][0-9]*\\.[0-9][0-9]*\\(\\.[0-9][0-9]*\\)\\{{0,1\\}}' "${{KILN_DRIVER_VERSION_FILE:-/proc/driver/nvidia/version}}" 2>/dev/null | head -n 1)
+version_file=${{KILN_DRIVER_VERSION_FILE:-/proc/driver/nvidia/version}}
+host=$(grep -o '[0-9][0-9][0-9]*\\.[0-9][0-9]*\\(\\.[0-9][0-9]*\\)\\{{0,1\\}}' "$version_file" 2>/dev/null | head -n 1)
 use=0
 case "${{KILN_CUDA_COMPAT:-auto}}" in
   1) use=1 ;;
