@@ -626,10 +626,13 @@ def _dev_toolchain(
     try:
         tc = _toolchain(spec, base_image, kb, probe, [], [], [])
     except ResolveError:
+        where = ("use a CUDA 13 variant (no Debian or Ubuntu archive has a free-threaded Python for an NVIDIA "
+                 "CUDA base)" if free_threaded(spec.python.version) else
+                 f"build on NVIDIA's CUDA {torch.cuda} runtime image ([base] image, python = \"apt\") or a CUDA "
+                 "devel image, or use a CUDA 13 variant")
         warnings.append(
             f"the dev stage has no nvcc: NVIDIA publishes no CUDA {torch.cuda} compiler as a wheel and "
-            f"{base_image} has none; for CUDA work in the dev image, build on NVIDIA's CUDA {torch.cuda} runtime "
-            "image ([base] image, python = \"apt\") or a CUDA devel image, or use a CUDA 13 variant."
+            f"{base_image} has none; for CUDA work in the dev image, {where}."
         )
         return None
     finally:
