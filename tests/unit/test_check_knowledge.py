@@ -52,11 +52,13 @@ class _Resp:
         return None
 
 
-_CU126_HTML = b"""<html><body>
-<a href="/whl/cu126/torch-2.6.0%2Bcu126-cp312-cp312-linux_aarch64.whl#sha256=993e0e99c472df1d2746c3233ef8e88d992904fe75b8996a2c15439c43ff46c4">torch-2.6.0+cu126-cp312-cp312-linux_aarch64.whl</a><br/>
-<a href="/whl/cu126/torch-2.6.0%2Bcu126-cp313-cp313t-manylinux_2_28_x86_64.whl#sha256=ab">torch-2.6.0+cu126-cp313-cp313t-manylinux_2_28_x86_64.whl</a><br/>
-<a href="/whl/cu126/torch-2.14.1%2Bcu126-cp312-cp312-manylinux_2_28_x86_64.whl">torch-2.14.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl</a><br/>
-</body></html>"""
+_SHA = "993e0e99c472df1d2746c3233ef8e88d992904fe75b8996a2c15439c43ff46c4"
+_CU126_NAMES = [("torch-2.6.0+cu126-cp312-cp312-linux_aarch64.whl", _SHA),
+                ("torch-2.6.0+cu126-cp313-cp313t-manylinux_2_28_x86_64.whl", "ab"),
+                ("torch-2.14.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl", "")]
+_CU126_HTML = ("<html><body>\n" + "".join(
+    f'<a href="/whl/cu126/{n.replace("+", "%2B")}{"#sha256=" + h if h else ""}">{n}</a><br/>\n'
+    for n, h in _CU126_NAMES) + "</body></html>").encode()
 
 
 def _variant_run(monkeypatch, html: bytes, series: list[str], platforms: list[str]) -> tuple[int, list[str]]:
