@@ -117,3 +117,29 @@ def test_entrypoint_uses_compat_only_on_an_older_host_driver(tmp_path: Path) -> 
 def test_eligibility_is_by_name() -> None:
     assert eligible("A100") and eligible("NVIDIA H100 PCIe") and eligible("Jetson Thor")
     assert not eligible("RTX 4090") and not eligible("GeForce RTX 5090") and not eligible("RTX PRO 6000")
+
+
+def test_verify_runs_the_checks_through_the_compat_entrypoint() -> None:
+    """verify replaces the image's entrypoint with python; for a forward_compat image it goes through the
+    image's switch instead, so the checks see the driver the image's own processes see."""
+    from torchkiln.verify.runner import VerifyOptions, verify_image
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    class Engine:
+        name = "docker"
+
+        def run_request(self, req, check=False, timeout=None):
+            seen.append(req)
+            raise Stop
+
+    for options in (VerifyOptions(), VerifyOptions(through="/usr/local/bin/kiln-cuda-compat")):
+        with pytest.raises(Stop):
+            verify_image("acme/t:latest", Engine(), options)
+    plain, compat = seen
+    assert plain.entrypoint == "python3" and plain.argv[0] != "python3"
+    assert compat.entrypoint == "/usr/local/bin/kiln-cuda-compat" and compat.argv[0] == "python3"
+    assert compat.argv[1:] == plain.argv
