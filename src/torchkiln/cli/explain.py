@@ -16,7 +16,7 @@ from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, ref
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
 from torchkiln.plan import BuildPlan
-from torchkiln.render.extensions import BuildEstimate, estimate_builds
+from torchkiln.estimate import BuildEstimate, estimate_builds
 
 
 def _estimate_table(estimates: tuple[BuildEstimate, ...], cores: int, mem_gib: float) -> Table:

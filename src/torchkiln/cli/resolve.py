@@ -15,7 +15,7 @@ from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, mat
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
 from torchkiln.plan import BuildPlan
-from torchkiln.render.extensions import estimate_builds
+from torchkiln.estimate import estimate_builds
 
 
 def _builds(plan: BuildPlan) -> dict[str, str]:
