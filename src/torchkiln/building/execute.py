@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.building import sources as src
-from torchkiln.building.bootstrap import base_for_platform
 from torchkiln.building.context import fetch_uv
-from torchkiln.building.emulation import builds_here, host_platform, require_emulation
+from torchkiln.building.emulation import base_for_platform, builds_here, host_platform, require_emulation
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store

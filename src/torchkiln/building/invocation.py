@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from torchkiln.building import sources as src
-from torchkiln.building.bootstrap import base_for_platform
 from torchkiln.building.context import ContextFiles, apptainer_context, dockerfile_context
-from torchkiln.building.emulation import host_platform
+from torchkiln.building.emulation import base_for_platform, host_platform
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime
