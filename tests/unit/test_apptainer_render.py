@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from torchkiln.building.context import write_apptainer_context
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.errors import ExitCode, InputError, SpecError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import (
     BOOTSTRAPS,
     DEFFILE,
-    ApptainerOptions,
     apptainer_files,
     render_apptainer,
     scriptlets,

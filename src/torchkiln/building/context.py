@@ -18,12 +18,13 @@ from pathlib import Path
 
 from torchkiln.building import sources as build_sources
 from torchkiln.building.emulation import MACHINE, arch_of, host_platform
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.errors import InputError, SourceError, SpecError
 from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
-from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, apptainer_files
+from torchkiln.render.apptainer import DEFFILE, apptainer_files
 from torchkiln.render.dockerfile import context_files
 from torchkiln.runner import Runner
 

@@ -26,6 +26,7 @@ from torchkiln.building import sources as src
 from torchkiln.building.context import fetch_uv
 from torchkiln.building.emulation import base_for_platform, builds_here, host_platform, require_emulation
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
 from torchkiln.errors import BuildError, InputError, KilnError, LockError, ResolveError
@@ -40,7 +41,6 @@ from torchkiln.provenance import (
     sbom_path,
     write_sbom,
 )
-from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
 
 

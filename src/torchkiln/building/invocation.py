@@ -36,13 +36,14 @@ from typing import Any, Protocol
 from torchkiln.building import sources as src
 from torchkiln.building.context import ContextFiles, apptainer_context, dockerfile_context
 from torchkiln.building.emulation import base_for_platform, host_platform
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
 from torchkiln.engines.apptainer import APPTAINER, require_runtime
 from torchkiln.engines.engine import BuildCommand, BuildRequest, EngineInfo, ImageStore, check_reference
 from torchkiln.errors import InputError
 from torchkiln.plan import BuildPlan
-from torchkiln.render.apptainer import DEFFILE, ApptainerOptions
+from torchkiln.render.apptainer import DEFFILE
 
 TARGETS = ("runtime", "dev")
 

@@ -24,13 +24,14 @@ from torchkiln.building.context import fetch_uv
 from torchkiln.building.emulation import host_platform
 from torchkiln.building.execute import BuildSummary, execute, plan_spec
 from torchkiln.building.invocation import BuildInvocation, BuildOptions
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.engines import BuildEvent, StepRecord, get_engine
 from torchkiln.errors import InputError
-from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
+from torchkiln.render.apptainer import Bootstrap
 from torchkiln.runner import Runner
 
 Target = Literal["runtime", "dev"]

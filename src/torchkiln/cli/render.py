@@ -11,6 +11,7 @@ import typer
 
 from torchkiln.building.context import bake_context, fetch_uv, write_apptainer_context, write_context
 from torchkiln.building.emulation import host_platform
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
@@ -21,7 +22,6 @@ from torchkiln.plan import BuildPlan
 from torchkiln.render import render_dockerfile
 from torchkiln.render.apptainer import (
     DEFFILE,
-    ApptainerOptions,
     Bootstrap,
     render_apptainer,
 )
