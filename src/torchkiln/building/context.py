@@ -93,6 +93,13 @@ def fetch_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> P
     return dest
 
 
+def ensure_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> None:
+    """The one place a context gets a foreign CPU's uv: fetched (``fetch_uv``) when ``platform`` is
+    not this machine's; the host's own uv needs nothing."""
+    if platform != host_platform():
+        fetch_uv(platform, sources, runner)
+
+
 def _host_index(location: str | None) -> str | None:
     """An index location as the host's uv reads it: local folders as file:// URLs."""
     if location is None:

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(e: KilnError, wants_json: bool) -> None:
-    if wants_json:
+    if wants_json and not e.in_json_output:
         print(json.dumps(redact_data(e.to_dict()), indent=2))
     # messages name spec tables such as [torch]: escape them, or rich would read them as markup
     err_console.print(f"[bold red]error:[/bold red] {escape(redact(e.message))}", highlight=False, soft_wrap=True)

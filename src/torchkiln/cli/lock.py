@@ -8,10 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchkiln.building.execute import resolve_sources
-from torchkiln.building.invocation import BuildOptions
 from torchkiln.building.locking import lock_spec
-from torchkiln.building.sources import layer_from_flags
+from torchkiln.building.sources import layer_from_flags, resolve_sources
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import EngineOpt, make_runner
@@ -51,8 +49,8 @@ def lock_cmd(
                              index_strategy=index_strategy, cwd=Path.cwd())
     engine = get_engine(engine_name, runner)
     _s, plan, spec_dir = load_plan(spec)
-    sources = resolve_sources(plan.sources, spec_dir.resolve(), BuildOptions(flags=flags, from_pip=sources_from_pip),
-                              runner)
+    sources = resolve_sources(flags=flags, plan_sources=plan.sources, spec_dir=spec_dir.resolve(),
+                              from_pip=sources_from_pip, runner=runner)
     if not json:
         err_console.print(f"locking {escape(str(spec))} for {plan.platform} (uv pip compile)", highlight=False)
     result = lock_spec(spec, engine, base=base, sources=sources, runner=runner, upgrade=upgrade)

@@ -27,6 +27,13 @@ ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman", "apptainer")
 #: the engines picked when none is named; apptainer builds .sif files, not images in a store, so it
 #: is used only when asked for by name (``--engine apptainer`` or ``KILN_ENGINE=apptainer``)
 AUTO_ENGINES: tuple[EngineName, ...] = ("docker", "podman")
+#: what a build makes: an image in the engine's store (docker, podman) or a .sif file (apptainer)
+Output = Literal["image", "sif"]
+
+
+def output_of(name: str | None) -> Output:
+    """What the engine called ``name`` builds (None: the default engine, docker or podman: an image)."""
+    return "sif" if name == "apptainer" else "image"
 
 StepStatus = Literal["running", "cached", "done", "error"]
 
@@ -40,6 +47,29 @@ class EngineInfo:
     #: how images are built: "buildx" (docker buildx build), "buildkit" (docker build with
     #: DOCKER_BUILDKIT=1), "buildah" (podman build)
     builder: str
+
+    # -- capabilities: planning and the CLI ask these, never the engine's name ---------------------
+
+    @property
+    def output(self) -> Output:
+        """What a build makes: an image in the store (tags, push, --platform, registry cache) or a .sif."""
+        return output_of(self.name)
+
+    @property
+    def cross_platform(self) -> bool:
+        """Whether it builds for another platform than its machine's (``--platform``, emulated or not)."""
+        return self.output == "image"
+
+    @property
+    def inline_cache(self) -> bool:
+        """Whether a registry cache is exported inline, in the image (docker's classic builder: the
+        image is then pushed as the cache reference after the build); buildx and podman push it themselves."""
+        return self.name == "docker" and self.builder != "buildx"
+
+    @property
+    def remote_builders(self) -> bool:
+        """Whether the client drives other daemons and builders (docker contexts, DOCKER_HOST, buildx builders)."""
+        return self.name == "docker"
 
     def to_dict(self) -> dict[str, str]:
         return {

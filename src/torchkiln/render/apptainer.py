@@ -59,6 +59,8 @@ Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", 
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
 #: bootstraps whose ``From:`` names an image reference (the plan's base image by default)
 _REF_BOOTSTRAPS = ("docker", "docker-daemon")
+#: the default bootstrap: ``From:`` is pulled from a registry by ``apptainer build`` itself
+REGISTRY_BOOTSTRAP: Bootstrap = "docker"
 
 DEFFILE = "kiln.def"
 #: what ``checks.py`` exits with when no CUDA device is visible (torchkiln.errors.ExitCode.NO_GPU)
