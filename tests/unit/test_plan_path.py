@@ -89,13 +89,14 @@ def test_every_example_and_engine_kind_is_planned_by_the_one_path(spec: Path, en
         return
     assert single.labels["org.opencontainers.image.version"] == plan.tag
     # a matrix cell: the same step with the cell's tag, context and platform, once, whichever builder runs it
-    cell = ResolvedCell(Cell(1, (), spec_obj), plan, None, tag=plan.tag)
+    cell = ResolvedCell(Cell(1, (), spec_obj), plan, None, tag=f"{plan.tag}-cell1")
     planned = plan_cell(cell, spec_dir, BuildOptions(), engine, cwd=tmp_path, group=0, env={},
                         provenance=provenance, digest_of=lambda base: "")
     cell_options = dataclasses.replace(BuildOptions(), tag=cell.image, platform=plan.platform,
                                        context_dir=cell_context_dir(cell.image, spec_dir))
     assert planned.invocation == plan_invocation(plan, spec_dir, cell_options, engine, provenance=provenance,
-                                                 env={}, cwd=tmp_path)
+                                                 version=cell.tag, env={}, cwd=tmp_path)
+    assert planned.invocation.labels["org.opencontainers.image.version"] == cell.tag
     argv = list(planned.invocation.command.argv)
     assert argv[argv.index("--platform") + 1] == plan.platform  # a cell always names its platform
 

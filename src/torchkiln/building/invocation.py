@@ -409,6 +409,7 @@ def plan_invocation(
     provenance: Provenance,
     base: tuple[str, str] | None = None,
     digest_of: Callable[[str], str] | None = None,
+    version: str | None = None,
     env: Mapping[str, str] | None = None,
     runner: Runner | None = None,
     cwd: Path | None = None,
@@ -416,14 +417,15 @@ def plan_invocation(
     """The one planning step of every build, a single spec's or a matrix cell's: the package sources
     (flags > environment > spec > pip's configuration), the provenance labels (``base``: the base's name
     and digest when known, as a lock knows them; else looked up with ``digest_of``, by default in
-    ``engine``'s store), then ``plan_build``."""
+    ``engine``'s store; ``version``: the image's version label, by default the plan's tag, a matrix
+    cell's own tag), then ``plan_build``."""
     run = runner or engine.runner
     if base is None:
         name = options.base or plan.base_image
         base = (name, (digest_of or (lambda b: engine_base_digest(engine, b)))(name))
     sources = src.resolve_sources(flags=options.flags, env=env, plan_sources=plan.sources, spec_dir=spec_dir,
                                   from_pip=options.from_pip, runner=run)
-    labels = provenance.labels(plan.tag, *base)
+    labels = provenance.labels(version or plan.tag, *base)
     return plan_build(plan, spec_dir, options, engine, sources, cwd=cwd or Path.cwd(), labels=labels)
 
 

@@ -300,7 +300,7 @@ def plan_cell(rc: ResolvedCell, spec_dir: Path, options: BuildOptions, engine: E
     opts = dataclasses.replace(options, tag=rc.image, context_dir=cell_context_dir(rc.image, spec_dir),
                                platform=rc.plan.platform)
     inv = plan_invocation(rc.plan, spec_dir, opts, engine, provenance=provenance or Provenance("", "", ""),
-                          digest_of=digest_of, env=env, runner=engine.runner, cwd=cwd)
+                          digest_of=digest_of, version=rc.tag, env=env, runner=engine.runner, cwd=cwd)
     return PlannedCell(rc, inv, cell_digest(inv), group)
 
 
