@@ -25,7 +25,7 @@ from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_sp
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
-from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, human_size, print_json, state
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.engines import BuildEvent, StepRecord, get_engine, output_of
 from torchkiln.errors import InputError
@@ -51,15 +51,6 @@ def make_runner() -> Runner:
 def live_output() -> bool:
     """Live progress only on an interactive terminal outside CI."""
     return err_console.is_terminal and not os.environ.get("CI") and os.environ.get("TERM") != "dumb"
-
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1000
-    return f"{size:.2f} GB"  # pragma: no cover
 
 
 class StepDisplay:
