@@ -93,6 +93,7 @@ def _print_image(report: InspectReport, top: int) -> None:
             escape(cb if len(cb) <= 160 else cb[:157] + "…"),
         )
     console.print(t)
+    _print_sizes(report, top)
     waste = report.waste
     if waste is None:
         return
@@ -119,16 +120,39 @@ def _print_image(report: InspectReport, top: int) -> None:
         console.print(f"[dim]{escape(note)}[/dim]")
 
 
+def _print_sizes(report: InspectReport, top: int) -> None:
+    """What is big: the packages that take the most of the image as it runs."""
+    if not report.sizes:
+        return
+    total = sum(s.bytes for s in report.sizes)
+    t = Table(title=f"Biggest packages (of {human_size(total)} in files)", title_justify="left")
+    t.add_column("package")
+    t.add_column("version")
+    t.add_column("size", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("files", justify="right")
+    for s in report.sizes[:top]:
+        name = escape(s.package) if s.package else "[dim](no package)[/dim]"
+        t.add_row(name, escape(s.version or ""), human_size(s.bytes), f"{100 * s.bytes / max(total, 1):.0f}%",
+                  str(s.files))
+    if len(report.sizes) > top:
+        rest = report.sizes[top:]
+        t.add_row(f"[dim]… {len(rest)} more[/dim]", "", human_size(sum(s.bytes for s in rest)),
+                  f"{100 * sum(s.bytes for s in rest) / max(total, 1):.0f}%", str(sum(s.files for s in rest)))
+    console.print(t)
+
+
 def _print_coverage(report: InspectReport, show_binaries: bool) -> None:
     targets = report.targets
     cuda = [b for b in report.binaries if b.entries]
     n_entries = sum(len(b.device_entries) for b in cuda)
+    if not cuda and report.kind != "binary":  # a CPU image: there are no GPU targets to list or check
+        console.print("[bold]CPU only:[/bold] no CUDA binaries (no device code to check against GPU targets)")
+        return
     console.print(
         f"[bold]CUDA binaries:[/bold] {len(cuda)} with {n_entries} device-code entries; "
         f"targets: {', '.join(str(t) for t in targets)}"
     )
-    if not cuda and report.kind != "binary":
-        return
     if report.kind == "binary" or show_binaries:
         _print_binaries(cuda, targets)
     if report.kind != "binary":
@@ -312,7 +336,7 @@ def inspect_cmd(
         bool,
         typer.Option("--all-sections", help="Also list relocatable device code (__nv_relfatbin), like cuobjdump -all."),
     ] = False,
-    top: Annotated[int, typer.Option("--top", help="Wasted-byte items to show per category.")] = 5,
+    top: Annotated[int, typer.Option("--top", help="Rows to show: the biggest packages, and the wasted-byte items per category.")] = 5,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when a CUDA binary has no kernel image for some target.")
     ] = False,

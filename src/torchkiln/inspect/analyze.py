@@ -16,7 +16,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -43,6 +43,7 @@ from torchkiln.inspect.report import (
     ImageInfo,
     InspectReport,
     LayerReport,
+    PackageSize,
     ReadInfo,
     ReportKind,
     ScanStats,
@@ -442,7 +443,22 @@ def image_report(
             f"The image has a compiler (/{waste.compiler}), so headers and static libraries are not counted as waste."
         )
     plat = f"{meta.os or 'linux'}/{meta.architecture}" if meta.architecture else None
-    return _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes, platform=plat)
+    report = _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes, platform=plat)
+    return replace(report, sizes=package_sizes(final, owners_from_metadata(live_meta)))
+
+
+def package_sizes(final: Mapping[str, FileRecord], owners: Mapping[str, Owner]) -> tuple[PackageSize, ...]:
+    """Bytes and files of the final file system per owning package (dist-info RECORDs, dpkg lists,
+    conda-meta), biggest first; files no package lists count under None."""
+    acc: dict[Owner | None, list[int]] = {}
+    for path, rec in final.items():
+        if rec.type != "file":
+            continue
+        a = acc.setdefault(owners.get(path), [0, 0])
+        a[0] += rec.size
+        a[1] += 1
+    rows = [PackageSize(o[0] if o else None, o[1] if o else None, b, n) for o, (b, n) in acc.items()]
+    return tuple(sorted(rows, key=lambda r: (-r.bytes, r.package or "")))
 
 
 class Meter:
