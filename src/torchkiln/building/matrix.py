@@ -53,7 +53,7 @@ from torchkiln.building.execute import BuildSummary, execute
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, engine_base_digest, plan_invocation
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.engines import MATRIX_ENGINE, BuildEvent, Engine, get_engine
-from torchkiln.engines.engine import registry_failure, registry_of
+from torchkiln.engines.engine import StepRecord, registry_failure, registry_of
 from torchkiln.errors import BuildError, EngineMissingError, InputError, KilnError
 from torchkiln.matrix import ResolvedCell, manifest_groups, torch_layer_key
 from torchkiln.provenance import Provenance
@@ -537,7 +537,7 @@ def _build_one(run: CellRun, builder: ReadyBuilder, record: MatrixRecord, notify
 
     def progress(ev: BuildEvent) -> None:
         if ev.line is None and ev.status == "running" and ev.stage not in ("internal", "export", "auth", ""):
-            run.step = f"[{ev.stage}] {ev.name}"[:90]
+            run.step = f"[{ev.stage}] {StepRecord(ev.step, ev.stage, ev.name).label}"[:90]
 
     inv = run.planned.invocation
     try:

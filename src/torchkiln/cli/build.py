@@ -82,7 +82,7 @@ class StepDisplay:
         return t
 
     def event(self, ev: BuildEvent) -> None:
-        title = StepRecord(ev.step, ev.stage, ev.name).title
+        title = StepRecord(ev.step, ev.stage, ev.name).label
         internal = ev.stage in ("internal", "export", "auth", "")
         if ev.status == "running":
             if ev.line is None:

@@ -117,6 +117,12 @@ class StepRecord:
         return text if len(text) <= 110 else text[:107] + "..."
 
     @property
+    def label(self) -> str:
+        """What the step does, for people: ``install numpy==2.3.5``, ``install -r requirements-torch.txt``,
+        ``apt install libgl1`` for the install steps torchkiln renders; else the ``title``."""
+        return install_label(self.name) or self.title
+
+    @property
     def is_instruction(self) -> bool:
         """A Dockerfile instruction (not BuildKit's context transfer, metadata or export steps)."""
         return self.stage not in ("internal", "export", "auth", "")
@@ -129,6 +135,40 @@ class StepRecord:
             "status": self.status,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }
+
+
+#: options of ``uv pip install`` / ``apt-get install`` that take a value (skipped with it in a label)
+_VALUED = frozenset({"--python", "-p", "-c", "--constraint", "--config-file", "--target", "--index-url", "-i",
+                     "--extra-index-url", "-f", "--find-links", "--python-platform", "--only-binary", "-o"})
+_INSTALLS = (("uv pip install", "install"), ("apt-get install", "apt install"))
+
+
+def install_label(instruction: str) -> str | None:
+    """``install PKG …`` for a step whose command installs packages (uv pip, apt-get), else None.
+
+    Reads the instruction's first install command up to its ``&&``/``;``/``||``/``}``: the package words
+    stay, options go, ``-r FILE`` becomes ``-r`` and the file's name. Plain text: nothing is run.
+    """
+    for command, verb in _INSTALLS:
+        at = instruction.find(command)
+        if at < 0:
+            continue
+        rest = re.split(r"&&|\|\||;|\}|\n", instruction[at + len(command):], maxsplit=1)[0].rstrip(" \\")
+        words, skip = [], False
+        for word in rest.split():
+            if skip:
+                skip = False
+            elif word in ("-r", "--requirement"):
+                words.append("-r")
+            elif word.startswith("-"):
+                skip = word in _VALUED
+            else:
+                word = word.strip("'\"")
+                words.append(word.rsplit("/", 1)[-1] if words[-1:] == ["-r"] or "/" in word else word)
+        if words:
+            text = f"{verb} {' '.join(words)}"
+            return text if len(text) <= 110 else text[:107] + "..."
+    return None
 
 
 @dataclass(frozen=True)
