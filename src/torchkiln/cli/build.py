@@ -267,7 +267,8 @@ def build_cmd(
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine command, secrets, tags; every field with --json); build nothing.")
+        bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine "
+                                             "command, secrets, tags; every field with --json); build nothing.")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line the engine prints.")] = False,
     matrix: MatrixOpt = False,
@@ -318,17 +319,17 @@ def build_cmd(
     engine = get_engine(engine_name, runner)
     sif = engine.info.output == "sif"
     if matrix:
-        for option, value in (("--tag", tag), ("--context", context), ("--bootstrap", bootstrap), ("--from", from_),
+        for option, given in (("--tag", tag), ("--context", context), ("--bootstrap", bootstrap), ("--from", from_),
                               ("--builder-from", builder_from), ("--cache-to", cache_to), ("--locked", locked or None)):
-            if value is not None:
+            if given is not None:
                 raise typer.BadParameter("cannot be used with --matrix (each cell's tag, context, cache and lock "
                                          "would be its own: docs/matrix.md)", param_hint=option)
         if not engine.info.remote_builders:
             raise InputError(f"matrix builds run on Docker builders; {engine.info.name} is not one.",
                              hint="Use --engine docker (or leave --engine out) with --builders NAME….")
     else:
-        for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
-            if value is not None and not sif:
+        for option, chosen in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
+            if chosen is not None and not sif:
                 raise typer.BadParameter(f"is for apptainer builds; {engine.name} builds FROM the base image "
                                          "(use --base to change it)", param_hint=option)
     # one set of options for a build and for every cell of a matrix (which sets each cell's tag and context)

@@ -292,7 +292,8 @@ def _print_provenance(prov: dict[str, object]) -> None:
     console.print(t)
     sbom = prov["sbom"]
     if not isinstance(sbom, dict):
-        console.print("[dim]No SBOM on this machine for this image (kiln build writes one beside every image it builds).[/dim]")
+        console.print("[dim]No SBOM on this machine for this image (kiln build writes one beside every image it "
+                      "builds).[/dim]")
         return
     comps = sbom["components"]
     s = Table(title=f"SBOM ({sbom['format']}, {len(comps)} components): {escape(str(sbom['path']))}",
@@ -336,7 +337,9 @@ def inspect_cmd(
         bool,
         typer.Option("--all-sections", help="Also list relocatable device code (__nv_relfatbin), like cuobjdump -all."),
     ] = False,
-    top: Annotated[int, typer.Option("--top", help="Rows to show: the biggest packages, and the wasted-byte items per category.")] = 5,
+    top: Annotated[
+        int, typer.Option("--top", help="Rows to show: the biggest packages, and the wasted-byte items per category.")
+    ] = 5,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when a CUDA binary has no kernel image for some target.")
     ] = False,

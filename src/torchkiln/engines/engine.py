@@ -522,7 +522,8 @@ def check_reference(ref: str, option: str) -> str:
     if not ref or "://" in ref or any(c.isspace() for c in ref) or not _REFERENCE.match(rest):
         raise InputError(
             f"{option} {ref!r} is not an image reference.",
-            hint=f"Give a registry reference without a scheme, e.g. {option} registry.example.com:5000/team/app:buildcache.",
+            hint=f"Give a registry reference without a scheme, e.g. {option} "
+                 "registry.example.com:5000/team/app:buildcache.",
         )
     return ref
 

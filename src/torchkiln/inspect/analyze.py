@@ -1,7 +1,8 @@
 """Inspect an image, a wheel or one ELF file: read it, then compute waste and GPU coverage.
 
 This is the side-effect layer of ``kiln inspect`` (it reads files and, for an image name, reads the
-layer folders of the engine's storage in place or asks the engine to export the image); everything it computes is delegated to the pure modules
+layer folders of the engine's storage in place or asks the engine to export the image); everything it
+computes is delegated to the pure modules
 (``waste``, ``coverage``) and returned as an :class:`~torchkiln.inspect.report.InspectReport`.
 """
 
@@ -306,7 +307,8 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
         raise InputError(f"{path} holds encrypted members ({e}); a wheel is never encrypted.",
                          hint="Rebuild the wheel (`pip wheel`) or download it again.") from None
     except (EOFError, OSError, zlib.error, ValueError) as e:
-        raise InputError(f"{path} is truncated, corrupt or unreadable ({e}).", hint="Download the wheel again.") from None
+        raise InputError(f"{path} is truncated, corrupt or unreadable ({e}).",
+                         hint="Download the wheel again.") from None
     stats = ScanStats(files, elf_files, nbytes, time.perf_counter() - t0, read_s)
     notes = []
     want = next((m for m, p in OCI_PLATFORMS.items() if p == platform), None)
@@ -390,7 +392,8 @@ def scan_layer(members: Iterable[Member], targets: Sequence[Target], *, all_sect
 
 
 def _placed(scan: LayerScan, index: int) -> LayerFiles:
-    records = scan.records if index == 0 else [FileRecord(r.path, index, r.type, r.size, r.linkname) for r in scan.records]
+    records = (scan.records if index == 0
+               else [FileRecord(r.path, index, r.type, r.size, r.linkname) for r in scan.records])
     return LayerFiles(index, records, list(scan.whiteouts))
 
 
