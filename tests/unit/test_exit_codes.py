@@ -18,6 +18,7 @@ def test_the_readme_lists_every_exit_code_and_no_other() -> None:
 
 
 def test_every_error_type_has_a_code_of_its_own() -> None:
-    kinds = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, KilnError) and c is not KilnError]
+    kinds = [c for c in vars(errors).values()
+             if isinstance(c, type) and issubclass(c, KilnError) and c is not KilnError]
     codes = [c.exit_code for c in kinds]
     assert len(set(codes)) == len(codes), {c.__name__: int(c.exit_code) for c in kinds}

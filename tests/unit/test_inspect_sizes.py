@@ -9,8 +9,8 @@ SITE = "opt/venv/lib/python3.11/site-packages"
 
 
 def test_bytes_are_summed_per_owning_package_biggest_first_and_unowned_files_count_apart() -> None:
-    record = (f"torch/lib/libtorch_cpu.so,sha256=x,400\ntorch/__init__.py,,10\n"
-              f"torch-2.13.0+cpu.dist-info/RECORD,,\n").encode()
+    record = (b"torch/lib/libtorch_cpu.so,sha256=x,400\ntorch/__init__.py,,10\n"
+              b"torch-2.13.0+cpu.dist-info/RECORD,,\n")
     owners = owners_from_metadata({
         f"{SITE}/torch-2.13.0+cpu.dist-info/RECORD": record,
         "var/lib/dpkg/status": b"Package: libc6\nVersion: 2.36-9\n",
