@@ -68,7 +68,7 @@ def test_a_vendor_torch_is_kept_installs_go_into_the_images_python() -> None:
 
 
 def test_a_vendor_extension_uses_the_images_python_and_nvcc_and_purges_nothing() -> None:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
 
     facts = ImageFacts(
         image="nvcr.io/nvidia/pytorch:25.12-py3", origin="image", torch_version="2.10.0a0+b4e4ee81d3",

@@ -51,7 +51,7 @@ from torchkiln.resolve.ext import (
 from torchkiln.spec import Spec
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
 
 
 def _variant_name(cuda: str) -> str:

@@ -45,7 +45,7 @@ from torchkiln.resolve.ext import (
 from torchkiln.spec import Spec
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
 
 _BUILDER_APT = ("build-essential", "ccache")
 
@@ -99,7 +99,7 @@ def _own_torch_idea(spec: Spec) -> tuple[str, dict[str, Any]]:
 def _facts(
     spec: Spec, kb: Knowledge, facts: ImageFacts | None, warnings: list[str]
 ) -> tuple[ImageFacts, NgcRelease | None]:
-    from torchkiln.images.facts import cross_check, facts_from_ngc_row, ngc_row_for
+    from torchkiln.image_facts import cross_check, facts_from_ngc_row, ngc_row_for
 
     image = spec.base.image
     row = ngc_row_for(image, facts, kb)
