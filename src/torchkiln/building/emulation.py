@@ -110,6 +110,11 @@ def platform_suffix(platform: str) -> str:
     return "" if platform == DEFAULT_PLATFORM else f"-{arch_of(platform)}"
 
 
+def platform_flag(platform: str) -> str:
+    """`` --platform linux/arm64`` for a command a user types (``kiln base bootstrap``), "" for the default."""
+    return "" if platform == DEFAULT_PLATFORM else f" --platform {platform}"
+
+
 def base_for_platform(image: str, platform: str) -> str:
     """The bootstrapped base of ``platform`` that corresponds to ``image``.
 

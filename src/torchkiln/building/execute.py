@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.building import sources as src
-from torchkiln.building.emulation import base_for_platform, builds_here, host_platform, require_emulation
+from torchkiln.building.emulation import (
+    DEFAULT_PLATFORM,
+    base_for_platform,
+    builds_here,
+    host_platform,
+    platform_flag,
+    require_emulation,
+)
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, ImageBuild, SifBuild, plan_spec
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
@@ -126,12 +133,12 @@ def cache_counts(steps: tuple[StepRecord, ...]) -> tuple[int, int]:
 
 
 def ensure_base(engine: Engine, base: str, python: str, python_source: str,
-                platform: str = "linux/amd64") -> None:
+                platform: str = DEFAULT_PLATFORM) -> None:
     """The base image must be local or pullable, be of the plan's platform, and hold the Python the plan needs."""
     native = platform == host_platform()
+    flag = platform_flag(platform)
     if not engine.image_exists(base):
         if not engine.pull(base, platform=None if native else platform):
-            flag = "" if platform == "linux/amd64" else f" --platform {platform}"
             made = base_for_platform("kiln-base:bookworm", platform)
             raise InputError(
                 f"the base image {base} ({platform}) is not in {engine.info.name}'s local store and cannot be pulled.",
@@ -145,7 +152,6 @@ def ensure_base(engine: Engine, base: str, python: str, python_source: str,
     details = engine.inspect_image(base)
     want = platform.split("/", 1)[1]
     if details.architecture and details.architecture != want:
-        flag = "" if platform == "linux/amd64" else f" --platform {platform}"
         raise InputError(
             f"the base image {base} is {details.platform}, but the plan builds a {platform} image.",
             hint=(f"Use a {platform} base: `kiln base bootstrap{flag}` makes "

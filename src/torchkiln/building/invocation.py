@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Protocol
 
 from torchkiln.building import sources as src
 from torchkiln.building.context import ContextFiles, apptainer_context, dockerfile_context, ensure_uv
-from torchkiln.building.emulation import base_for_platform, host_platform
+from torchkiln.building.emulation import DEFAULT_PLATFORM, base_for_platform, host_platform
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import image_ref, sif_name
@@ -215,10 +215,27 @@ class SifBuild(_Build):
 BuildInvocation = ImageBuild | SifBuild
 
 
+def check_platform(platform: str, asked: str | None, info: EngineInfo) -> None:
+    """The one check of a build's platform before planning: ``asked`` (``--platform``, a matrix cell's)
+    must be the plan's, and an engine that builds only for its own machine gets only that machine's."""
+    if not info.cross_platform and (asked or platform != host_platform()):
+        raise InputError(
+            f"{info.name} builds for the machine it runs on ({host_platform()}): it has no --platform, and "
+            f"the plan is {platform}.",
+            hint="Build the image with docker or podman (--platform), then export it: kiln export IMAGE --format "
+                 f"sif; or build on a {platform} machine.",
+        )
+    if asked and asked != platform:
+        raise InputError(
+            f"--platform {asked} differs from the plan's platform {platform}.",
+            hint="Resolve the spec for that platform (`kiln build --platform` does), or set [image] platform.",
+        )
+
+
 def engine_platform(platform: str, asked: str | None, host: str | None = None) -> str | None:
     """The ``--platform`` to give docker/podman: the plan's, except for an amd64 plan on an amd64
     host when none was asked for (the engine builds that anyway, and the command stays as it was)."""
-    if asked or platform != "linux/amd64" or (host or host_platform()) != "linux/amd64":
+    if asked or platform != DEFAULT_PLATFORM or (host or host_platform()) != DEFAULT_PLATFORM:
         return platform
     return None
 
@@ -289,18 +306,7 @@ def plan_build(
     ``labels``: the provenance labels the image gets (``torchkiln.provenance``), set as ``--label``."""
     if options.target not in TARGETS:
         raise InputError(f"unknown target {options.target!r}.", hint=f"Choose one of: {', '.join(TARGETS)}.")
-    if not engine.info.cross_platform and (options.platform or plan.platform != host_platform()):
-        raise InputError(
-            f"{engine.info.name} builds for the machine it runs on ({host_platform()}): it has no --platform, and "
-            f"the plan is {plan.platform}.",
-            hint="Build the image with docker or podman (--platform), then export it: kiln export IMAGE --format "
-                 f"sif; or build on a {plan.platform} machine.",
-        )
-    if options.platform and options.platform != plan.platform:
-        raise InputError(
-            f"--platform {options.platform} differs from the plan's platform {plan.platform}.",
-            hint="Resolve the spec for that platform (`kiln build --platform` does), or set [image] platform.",
-        )
+    check_platform(plan.platform, options.platform, engine.info)
     if options.base and plan.torch.image is not None and options.base != plan.base_image:
         raise SpecError(
             f"--base {options.base} would replace {plan.base_image}, whose own torch this spec builds on "
