@@ -220,11 +220,10 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
 
 
 def _verify_sources() -> list[Path]:
-    """The verify module and the fat-binary reader it uses when it sits next to it (stdlib only)."""
-    import torchkiln.inspect.fatbin as fatbin
-    import torchkiln.verify.checks as checks
+    """The verify bundle (checks.py and the stdlib-only modules beside it): ``verify.runner``'s list."""
+    from torchkiln.verify.runner import bundle_sources
 
-    return [Path(checks.__file__), Path(fatbin.__file__)]
+    return bundle_sources()
 
 
 def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions | None = None) -> ContextFiles:
