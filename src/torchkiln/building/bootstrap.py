@@ -31,8 +31,8 @@ from typing import Any
 
 from torchkiln.building.emulation import (
     DEFAULT_PLATFORM,
-    IMAGE_NAME,
     MACHINE,
+    OFFLINE_BASE,
     arch_of,
     check_platform,
     host_platform,
@@ -178,9 +178,9 @@ def default_tag(suite: str, packages: Sequence[str] = DEFAULT_PACKAGES, platform
     extra = sorted(set(packages) - set(DEFAULT_PACKAGES))
     suffix = platform_suffix(platform)
     if not extra:
-        return f"{IMAGE_NAME}:{suite}{suffix}"
+        return f"{OFFLINE_BASE}:{suite}{suffix}"
     digest = hashlib.sha256(",".join(sorted(set(packages))).encode()).hexdigest()[:8]
-    return f"{IMAGE_NAME}:{suite}-{digest}{suffix}"
+    return f"{OFFLINE_BASE}:{suite}-{digest}{suffix}"
 
 
 @dataclass(frozen=True)

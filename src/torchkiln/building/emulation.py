@@ -100,8 +100,9 @@ def require_emulation(platform: str, what: str, binfmt: Path = BINFMT, host: str
 
 # -- the offline bases' tags name their platform ---------------------------------------------------
 
-#: the name of the bases ``kiln base bootstrap`` makes
-IMAGE_NAME = "kiln-base"
+#: an *offline base*: the image name of what ``kiln base bootstrap`` makes (not "the base image" of a plan,
+#: which may be one, nor the Dockerfile's ``base`` stage, nor a vendor base that brings its own torch)
+OFFLINE_BASE = "kiln-base"
 DEFAULT_PLATFORM = "linux/amd64"
 
 
@@ -125,6 +126,6 @@ def base_for_platform(image: str, platform: str) -> str:
     """
     suffix = platform_suffix(platform)
     name, sep, tag = image.rpartition(":")
-    if not suffix or name != IMAGE_NAME or not sep or tag.endswith(suffix):
+    if not suffix or name != OFFLINE_BASE or not sep or tag.endswith(suffix):
         return image
     return f"{image}{suffix}"
