@@ -158,3 +158,21 @@ def test_the_build_warns_before_a_long_compile(tmp_path, capsys) -> None:
     quick.write_text('[image]\nname = "acme/t"\n[torch]\nversion = "2.9.1"\n')
     cli_build._warn_long_steps(quick, None, ask=False)
     assert capsys.readouterr().err == ""
+
+
+def test_resolve_table_says_series_free_threaded_and_forward_compat(tmp_path, capsys, monkeypatch) -> None:
+    from torchkiln.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")
+    cases = {
+        "series.toml": ('[torch]\nversion = "2.9"\n', "names the 2.9 series"),
+        "ft.toml": ('[torch]\nversion = "2.9.1"\n[python]\nversion = "3.14t"\n', "free-threaded, installed by uv"),
+        "fc.toml": ('[torch]\nversion = "2.14.1"\n[gpu]\ntargets = ["H100"]\nmin_driver = "535.104"\n'
+                    "forward_compat = true\n", "cuda-compat from nvidia/cuda:13.0.0-base-ubuntu24.04"),
+    }
+    for name, (body, want) in cases.items():
+        spec = tmp_path / name
+        spec.write_text('[image]\nname = "acme/t"\n' + body)
+        assert main(["resolve", str(spec)]) == 0
+        out = capsys.readouterr().out
+        assert want in " ".join(out.replace("│", " ").split()), out
