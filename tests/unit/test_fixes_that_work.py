@@ -176,3 +176,9 @@ def test_resolve_table_says_series_free_threaded_and_forward_compat(tmp_path, ca
         assert main(["resolve", str(spec)]) == 0
         out = capsys.readouterr().out
         assert want in " ".join(out.replace("│", " ").split()), out
+
+
+def test_torchvision_pairs_of_every_patch_of_2_12_and_2_14() -> None:
+    """torchvision 0.27.1 requires torch==2.12.1 and 0.29.0 torch==2.14.0 (their PyPI wheels' METADATA)."""
+    assert plan(torch={"version": "2.12.1", "packages": ["torchvision"]}).torch.companions == ("torchvision==0.27.1",)
+    assert plan(torch={"version": "2.14.0", "packages": ["torchvision"]}).torch.companions == ("torchvision==0.29.0",)
