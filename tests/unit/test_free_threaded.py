@@ -98,6 +98,7 @@ def test_no_base_brings_a_free_threaded_python_so_uv_installs_it() -> None:
     assert any("free-threaded" in w and "cp314t" in w for w in p.warnings)
     text = render_dockerfile(p)
     assert "uv python install 3.14t" in text and "UV_PYTHON_BIN_DIR=/usr/local/bin" in text
+    assert "UV_PYTHON_DOWNLOADS=automatic" in text  # sources.sh says never for every other step
     assert text.index("uv python install") < text.index("FROM base AS torch")  # every stage has it
     assert "venv --python python3.14t" in text
     # a GIL Python keeps the official image and installs nothing

@@ -420,6 +420,7 @@ def post_venv(plan: BuildPlan) -> list[str]:
 
         install = [
             _comment(f"the free-threaded CPython {plan.python_install}: uv installs python-build-standalone's build"),
+            "UV_PYTHON_DOWNLOADS=automatic "  # sources.sh says never (the venv must not fetch one)
             f"UV_PYTHON_INSTALL_DIR={PYTHON_INSTALL_DIR} UV_PYTHON_BIN_DIR=/usr/local/bin "
             f"{UV} python install {shlex.quote(plan.python_install)}",
             f"chmod -R a+rX {PYTHON_INSTALL_DIR}",

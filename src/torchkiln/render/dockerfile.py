@@ -57,6 +57,7 @@ def stage_base(plan: BuildPlan) -> list[str]:
                   f"# build via uv into {PYTHON_INSTALL_DIR}, python{plan.python_install} on PATH for every stage",
                   *ins.run(ins.SOURCE_MOUNTS, [
                       ". /kiln/sources.sh",
+                      "UV_PYTHON_DOWNLOADS=automatic "  # sources.sh says never (the venv must not fetch one)
                       f"UV_PYTHON_INSTALL_DIR={PYTHON_INSTALL_DIR} UV_PYTHON_BIN_DIR=/usr/local/bin "
                       f"{UV} python install {plan.python_install}",
                       f"chmod -R a+rX {PYTHON_INSTALL_DIR}",
