@@ -42,15 +42,12 @@ def distros() -> tuple[Distro, ...]:
 def distro_of(image: str) -> Distro | None:
     """The distribution release an image reference names (``nvidia/cuda:12.6.3-runtime-ubuntu22.04``,
     ``ubuntu:22.04``, ``debian:bookworm-slim``, ``kiln-base:bookworm``), else None (not known)."""
-    ref = image.lower()
-    m = re.match(r"^(?:\S*/)?(ubuntu|debian):(\S+)$", ref)
-    words = set(re.split(r"[:/_.-]+(?=[a-z])|[:/_-]", ref))
-    if m is not None:  # ubuntu:22.04, debian:12-slim
-        words.add(f"{m.group(1)}{m.group(2).split('-')[0]}")
-    for d in distros():
-        if any(n in words or n in ref.split(":")[-1].split("-") for n in d.names):
-            return d
-    return None
+    name, _, tag = image.lower().rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image.lower(), "", "")
+    words = set(re.split(r"[-_]", tag))  # bookworm, ubuntu22.04, ...
+    repo = name.rsplit("/", 1)[-1]
+    if repo in ("ubuntu", "debian"):  # ubuntu:22.04, debian:12-slim
+        words.add(repo + tag.split("-")[0])
+    return next((d for d in distros() if words & set(d.names)), None)
 
 
 def official_python_image(image: str) -> bool:
