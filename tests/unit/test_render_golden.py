@@ -159,8 +159,14 @@ def test_precompile_accepts_module_names_or_all_only(tmp_path: Path, value: str)
 
 
 def _packages_stage(text: str) -> str:
-    """The RUN steps of the packages stage."""
-    return text.split("AS packages\n", 1)[1].split("\n\n", 1)[0].split("\n", 1)[1]
+    """The RUN steps of the packages stage (after its SHELL and its SOURCE_DATE_EPOCH argument), each without
+    the command that stamps its files with that time (render/reproducible.py)."""
+    from torchkiln.render.reproducible import ARG, stamp
+
+    body = text.split("AS packages\n", 1)[1].split("\n\n", 1)[0].split("\n", 1)[1]
+    assert body.startswith(ARG + "\n")
+    assert body.count(stamp()) == body.count("\nRUN ")  # every install step stamps its files
+    return body.split("\n", 1)[1].replace(f" \\\n    && {stamp()}", "")
 
 
 def test_a_package_appended_to_the_spec_reuses_the_steps_of_the_packages_before_it(tmp_path: Path) -> None:
@@ -173,14 +179,14 @@ def test_a_package_appended_to_the_spec_reuses_the_steps_of_the_packages_before_
     # one step per package, then the joint step: the steps of six and numpy are byte-identical (cache hits)
     assert len(before) == 3 and len(after) == 4
     assert after[:2] == before[:2]
-    assert "touch /tmp/kiln-mark" in after[0] and "six==1.16.0" in after[0]
+    assert 'touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark' in after[0] and "six==1.16.0" in after[0]
     assert after[1].endswith("-c /etc/pip/constraint.txt 'numpy>=2'")  # quoted for the shell
     assert after[2].endswith("-c /etc/pip/constraint.txt idna")
     joint = after[3]
     assert joint.endswith("-r /kiln/requirements.txt")
     # the dev stage copies what the packages added, collected in a stage of its own
     text = render_dockerfile(_plan(spec))
-    assert "FROM packages AS packages-layer" in text and "find /opt/venv -cnewer /tmp/kiln-mark" in text
+    assert "FROM packages AS packages-layer" in text and "find /opt/venv -newercc /tmp/kiln-mark" in text
     assert context_files(_plan(spec))[".kiln/requirements.txt"] == "six==1.16.0\nnumpy>=2\nidna\n"
 
 
@@ -207,5 +213,5 @@ def test_a_locked_build_installs_the_hashed_pins_in_one_step(tmp_path: Path) -> 
     plan = dataclasses.replace(_plan(spec), locked=pins)
     steps = _packages_stage(render_dockerfile(plan)).split("\nRUN ")
     assert len(steps) == 1
-    assert "touch /tmp/kiln-mark" in steps[0]
+    assert 'touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark' in steps[0]
     assert "--require-hashes -c /etc/pip/constraint.txt -r /kiln/requirements.txt" in steps[0]

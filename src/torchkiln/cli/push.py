@@ -1,10 +1,11 @@
-"""`kiln push IMAGE|SPEC [--to REF]`: push a built image to a registry with the engine's own login.
+"""`kiln push IMAGE|SPEC [--to REF] [--compression F]`: push a built image with the engine's own login.
 
 torchkiln never takes a registry password: the engine reads what `docker login` / `podman login`
 stored. With ``--to`` the image is first tagged with that reference (a registry's ``HOST:PORT/NAME:TAG``).
 A push that fails part-way leaves blobs in the registry but no tag: the tag names the whole image or
 nothing new. Errors: 12 when the registry cannot be reached (or its TLS certificate is not trusted),
-13 when it refuses the credentials.
+13 when it refuses the credentials, 11 when ``--compression`` needs a tool that is not installed
+(checked before anything is saved or pushed; see ``engines/compress.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def push_cmd(
         typer.Option("--to", help="Tag the image with this reference first and push that (HOST:PORT/NAME:TAG).",
                      show_default=False),
     ] = None,
+    compression: Annotated[
+        str,
+        typer.Option("--compression", help="Layer compression: gzip (every runtime reads it), zstd, zstd:chunked "
+                                           "(podman, or skopeo for docker's images) or estargz (lazy pulling; "
+                                           "ctr-remote then skopeo).", case_sensitive=False),
+    ] = "gzip",
     target: Annotated[Target, typer.Option("--target", help="With a spec: which image, runtime or dev.")] = "runtime",
     engine_name: EngineOpt = None,
     json: JsonOpt = False,
@@ -43,6 +50,13 @@ def push_cmd(
     """Push an image (or a spec's built image) to its registry, with the engine's own login."""
     engine = require_store(get_engine(engine_name, make_runner()), "push an image by tag",
                            "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
+    from torchkiln.engines.compress import COMPRESSIONS, check_tools
+
+    compression = compression.lower()
+    if compression not in COMPRESSIONS:
+        raise InputError(f"--compression {compression!r} is not one of {', '.join(COMPRESSIONS)}.",
+                         hint="Use --compression gzip (the default), zstd, zstd:chunked or estargz.")
+    check_tools(engine.name, compression)  # before the slow save and push
     source = image
     if _is_spec(image):
         from torchkiln.contract import image_ref
@@ -58,9 +72,10 @@ def push_cmd(
     ref = to or source
     if to:
         engine.tag(source, to)
-    digest = engine.push(ref)
+    digest = engine.push_compressed(ref, compression) if compression != "gzip" else engine.push(ref)
     if json:
-        print_json({"image": ref, "source": source, "digest": digest, "engine": engine.info.to_dict()})
+        print_json({"image": ref, "source": source, "digest": digest, "compression": compression,
+                    "engine": engine.info.to_dict()})
         return
     console.print(f"[bold green]pushed[/bold green] {escape(ref)}" + (f" ({digest})" if digest else ""),
                   highlight=False)

@@ -26,6 +26,7 @@ from torchkiln.contract import CONSTRAINTS, UV, VENV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
 from torchkiln.render import instructions as ins
+from torchkiln.render import reproducible
 
 LAYER = "/opt/kiln-layer"
 UID = 1000
@@ -100,7 +101,10 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
         "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).",
         "# torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed",
+        "# Every file this step writes gets the time SOURCE_DATE_EPOCH (render/reproducible.py): the venv's files",
+        "# and .pyc come out identical, times included, from two builds with no shared cache",
         "FROM base AS torch",
+        reproducible.ARG,
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
              *([ext.torch_wheel_mount()] if built else [])],
@@ -114,7 +118,10 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
                 f"rm -rf {TORCH_UV_CACHE}",
+                f"mkdir -p {reproducible.MOUNT_POINTS}",
+                reproducible.stamp(),  # before the import: each .pyc records the fixed source mtime
                 warm_import(plan),
+                reproducible.stamp(),
             ],
         ),
     ]
@@ -141,12 +148,13 @@ def stage_packages(plan: BuildPlan) -> list[str]:
     steps: list[str] = []
     singles = () if plan.locked is not None else plan.pip_packages[:PACKAGE_STEPS]
     for i, package in enumerate(singles):
-        mark = [f"touch {ins.MARK}"] if i == 0 else []
-        steps += ins.run(ins.SOURCE_MOUNTS, [". /kiln/sources.sh", *mark, f"{install} {shlex.quote(package)}"])
-    mark = [] if singles else [f"touch {ins.MARK}"]
+        mark = [ins.touch_mark()] if i == 0 else []
+        steps += ins.run(ins.SOURCE_MOUNTS, [". /kiln/sources.sh", *mark, f"{install} {shlex.quote(package)}",
+                                             reproducible.stamp()])
+    mark = [] if singles else [ins.touch_mark()]
     steps += ins.run(
         [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt")],
-        [". /kiln/sources.sh", *mark, f"{install} -r /kiln/requirements.txt"],
+        [". /kiln/sources.sh", *mark, f"{install} -r /kiln/requirements.txt", reproducible.stamp()],
     )
     return [
         "# packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the",
@@ -154,6 +162,7 @@ def stage_packages(plan: BuildPlan) -> list[str]:
         "# all of them at once, which keeps the venv one consistent resolution",
         "FROM torch AS packages",
         ins.SHELL,
+        reproducible.ARG,
         *steps,
     ]
 

@@ -84,10 +84,16 @@ def drop_torch_tests(plan: BuildPlan) -> str:
 MARK = "/tmp/kiln-mark"
 
 
+def touch_mark() -> str:
+    """Create ``MARK`` before the first install. Its mtime is ``SOURCE_DATE_EPOCH`` (it is part of a layer:
+    see render/reproducible.py); its ctime, which ``collect_added`` compares against, is now."""
+    return f'touch -d "@$SOURCE_DATE_EPOCH" {MARK}'
+
+
 def collect_added(dest: str) -> str:
-    """Copy the files of the venv newer than ``MARK`` into ``dest``: what an install added, as a folder a
-    later stage copies with ``COPY --from``."""
-    return (f"find {VENV} -cnewer {MARK} ! -type d -printf '%P\\n'"
+    """Copy the files of the venv changed after ``MARK`` was created (ctime against its ctime: the steps set
+    mtimes back) into ``dest``: what an install added, as a folder a later stage copies with ``COPY --from``."""
+    return (f"find {VENV} -newercc {MARK} ! -type d -printf '%P\\n'"
             f" | tar -C {VENV} --no-recursion -T - -cf - | tar -C {dest} -xf -")
 
 

@@ -16,7 +16,10 @@ ENV LANG=C.UTF-8 \
 # says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
+# Every file this step writes gets the time SOURCE_DATE_EPOCH (render/reproducible.py): the venv's files
+# and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -31,13 +34,17 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch'
+    && mkdir -p /root/.cache/uv \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && /opt/venv/bin/python -c 'import torch' \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 
 # packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the
 # spec's order, each a layer of the runtime (a package added at the end reuses the layers before it), then
 # all of them at once, which keeps the venv one consistent resolution
 FROM torch AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -45,8 +52,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     . /kiln/sources.sh \
-    && touch /tmp/kiln-mark \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt six==1.16.0
+    && touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt six==1.16.0 \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -54,7 +62,8 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     . /kiln/sources.sh \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt numpy==2.3.5
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt numpy==2.3.5 \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -63,13 +72,14 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 
 # packages-layer: only the files the packages stage added, collected for the dev stage to copy
 FROM packages AS packages-layer
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN mkdir -p /opt/kiln-layer \
-    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
+    && find /opt/venv -newercc /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
 
 # dev: the same Python environment plus compilers, ninja, ccache, git, uv and sudo (the user
 # installs apt and pip packages with it), for building and interactive work

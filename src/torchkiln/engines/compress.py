@@ -1,0 +1,171 @@
+"""Push an image with a layer compression other than the engine's default gzip.
+
+``kiln push --compression`` goes through existing tools only; which tool depends on the engine,
+and that choice lives here:
+
+============== ========================================== ==============================================
+compression    podman                                     docker
+============== ========================================== ==============================================
+gzip           ``podman push``                            ``docker push``
+zstd           ``podman push --compression-format zstd``  ``docker save`` → ``skopeo copy docker-archive:…
+                                                          docker://REF --dest-compress-format zstd``
+estargz,       ``save`` → ``ctr-remote images import`` → ``ctr-remote images convert --estargz|--zstdchunked
+zstd:chunked   --oci`` → ``ctr-remote images export`` → ``skopeo copy oci-archive:… docker://REF`` (blobs kept)
+============== ========================================== ==============================================
+
+zstd:chunked goes through ctr-remote on both engines: Debian's skopeo 1.9 and podman 4.3 accept
+``zstd:chunked`` but write plain zstd layers without the table of contents (measured: the same
+manifest digest as ``zstd``), which a lazy-pulling runtime cannot use.
+
+skopeo and podman read the engine's stored login (``~/.docker/config.json``, ``auth.json``) and the
+registry CAs under ``/etc/docker/certs.d`` / ``/etc/containers/certs.d``: torchkiln passes no
+credential. A registry on a loopback address is reached over plain HTTP, as Docker does by default.
+ctr-remote only converts (in a namespace of its own in the local containerd, removed afterwards);
+it never talks to the registry. Missing tools are reported (exit 11, with the Debian package) before
+anything slow runs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal, get_args
+
+from torchkiln.engines.engine import registry_failure, registry_of
+from torchkiln.errors import ToolMissingError
+from torchkiln.runner import Runner
+
+Compression = Literal["gzip", "zstd", "zstd:chunked", "estargz"]
+COMPRESSIONS: tuple[str, ...] = get_args(Compression)
+
+#: the Debian package that ships each tool
+PACKAGES = {"skopeo": "skopeo", "ctr-remote": "stargz-snapshotter"}
+#: ctr-remote's convert flag for each format it writes (stargz-snapshotter's converters)
+CONVERT_FLAGS = {"estargz": "--estargz", "zstd:chunked": "--zstdchunked"}
+
+
+#: containerd's sockets (where ctr-remote converts): its own service's, then the one dockerd started
+CONTAINERD_SOCKETS = ("/run/containerd/containerd.sock", "/run/docker/containerd/containerd.sock")
+
+
+def containerd_address(env: Mapping[str, str] | None = None) -> str:
+    """CONTAINERD_ADDRESS (as for ctr) if set, else the first socket of ``CONTAINERD_SOCKETS`` that exists."""
+    env = os.environ if env is None else env
+    if env.get("CONTAINERD_ADDRESS"):
+        return env["CONTAINERD_ADDRESS"]
+    return next((s for s in CONTAINERD_SOCKETS if Path(s).exists()), CONTAINERD_SOCKETS[0])
+
+
+def required_tools(engine: str, compression: str) -> tuple[str, ...]:
+    """The programs besides the engine that a push of ``engine``'s image with ``compression`` runs."""
+    if compression == "gzip" or (engine == "podman" and compression == "zstd"):
+        return ()
+    if compression in CONVERT_FLAGS:
+        return ("ctr-remote", "skopeo")
+    return ("skopeo",)
+
+
+def check_tools(engine: str, compression: str, env: Mapping[str, str] | None = None) -> None:
+    """Refuse at once (exit 11) when a tool the push needs is missing, before any save or push."""
+    missing = [t for t in required_tools(engine, compression) if shutil.which(t) is None]
+    if missing:
+        packages = " ".join(dict.fromkeys(PACKAGES[t] for t in missing))
+        raise ToolMissingError(
+            f"kiln push --compression {compression} with {engine} needs "
+            + ", ".join(f"`{t}`" for t in missing)
+            + ", not installed (not found on PATH); nothing was pushed.",
+            hint=f"Install it (Debian/Ubuntu: apt-get install -y {packages}), or push with --compression gzip.",
+        )
+    if compression in CONVERT_FLAGS:
+        address = containerd_address(env)
+        if not Path(address).exists():
+            raise ToolMissingError(
+                f"kiln push --compression {compression} converts the layers in containerd, but its socket "
+                f"{address} does not exist; nothing was pushed.",
+                hint="Start containerd (Debian: apt-get install -y containerd; dockerd 20.10 runs one under "
+                     "/run/docker/containerd), or set CONTAINERD_ADDRESS to its socket.",
+            )
+
+
+def is_loopback(registry: str) -> bool:
+    """True for ``localhost``/``127.x``/``[::1]`` registries (plain HTTP, as Docker allows by default)."""
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 or registry.startswith("[") else registry
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def skopeo_dest_flags(ref: str) -> list[str]:
+    """skopeo's destination flags for ``ref``: plain HTTP for a loopback registry, else TLS as configured."""
+    return ["--dest-tls-verify=false"] if is_loopback(registry_of(ref)) else []
+
+
+def _hint(engine: str, ref: str) -> str:
+    return f"Check the registry part of {ref} and the engine's login ({engine} login {registry_of(ref)})."
+
+
+@contextmanager
+def _workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="kiln-push-") as d:
+        yield Path(d)
+
+
+def skopeo_copy(runner: Runner, engine: str, source: str, ref: str, extra: list[str], work: Path) -> str:
+    """``skopeo copy SOURCE docker://REF``; returns the manifest digest skopeo wrote."""
+    digest_file = work / "digest"
+    runner.run(
+        ["skopeo", "copy", "--quiet", "--digestfile", str(digest_file), *skopeo_dest_flags(ref), *extra,
+         source, f"docker://{ref}"],
+        what=f"skopeo copy to {ref}",
+        hint=_hint(engine, ref),
+        classify=lambda result: registry_failure("skopeo", ref, result),
+        install_hint="apt-get install -y skopeo",
+    )
+    return digest_file.read_text().strip() if digest_file.is_file() else ""
+
+
+def push_via_skopeo(runner: Runner, engine: str, binary: str, image: str, ref: str, fmt: str) -> str:
+    """Save ``image`` from the engine, then let skopeo recompress its layers with ``fmt`` and push them."""
+    with _workdir() as work:
+        archive = work / "image.tar"
+        runner.run([binary, "save", "-o", str(archive), image], what=f"{engine} save {image}")
+        return skopeo_copy(runner, engine, f"docker-archive:{archive}", ref,
+                           ["--dest-compress-format", fmt], work)
+
+
+def push_converted(runner: Runner, engine: str, binary: str, image: str, ref: str, compression: str,
+                   env: Mapping[str, str] | None = None) -> str:
+    """Convert ``image``'s layers to eStargz or zstd:chunked with ctr-remote (each layer's table of
+    contents is a manifest annotation), then push the converted blobs unchanged with skopeo."""
+    address = containerd_address(env)
+    namespace = f"kiln-push-{os.getpid()}"
+    ctr = ["ctr-remote", "--address", address, "--namespace", namespace]
+    src, dst = f"kiln.local/push/src:{os.getpid()}", f"kiln.local/push/esgz:{os.getpid()}"
+    with _workdir() as work:
+        archive, converted = work / "image.tar", work / "estargz.tar"
+        try:
+            runner.run([binary, "save", "-o", str(archive), image], what=f"{engine} save {image}")
+            runner.run([*ctr, "images", "import", "--base-name", src.rsplit(":", 1)[0], "--digests",
+                        str(archive)], what="ctr-remote images import")
+            # the import names the image by the archive's own tag; retag it to a name of ours
+            listed = runner.run([*ctr, "images", "ls", "-q"], what="ctr-remote images ls").stdout.split()
+            source = next((name for name in listed if name != dst), "")
+            archive.unlink()
+            runner.run([*ctr, "images", "convert", CONVERT_FLAGS[compression], "--oci", source, dst],
+                       what=f"ctr-remote images convert {CONVERT_FLAGS[compression]}")
+            runner.run([*ctr, "images", "export", str(converted), dst], what="ctr-remote images export")
+            return skopeo_copy(runner, engine, f"oci-archive:{converted}", ref, [], work)
+        finally:
+            listed = runner.run([*ctr, "images", "ls", "-q"], check=False).stdout.split()
+            if listed:
+                runner.run([*ctr, "images", "rm", "--sync", *listed], check=False)
+            runner.run(["ctr-remote", "--address", address, "namespaces", "rm", namespace], check=False)
