@@ -63,8 +63,10 @@ def test_push_writes_the_asked_compression(offline_base: str, registry, compress
             assert annotations <= set(layer.get("annotations", {})), layer
         # the converted image still runs: podman pulls it (zstd and eStargz are plain to a non-lazy runtime)
         if shutil.which("podman"):
-            run = subprocess.run(["podman", "run", "--rm", "--tls-verify=false", ref, "python3", "-c", "print(6*7)"],
-                                 capture_output=True, text=True, timeout=600)
+            from torchkiln.engines.podman import explicit_ulimits  # this host's rlimits, as kiln run passes them
+
+            run = subprocess.run(["podman", "run", "--rm", "--tls-verify=false", *explicit_ulimits(), ref,
+                                  "python3", "-c", "print(6*7)"], capture_output=True, text=True, timeout=600)
             assert run.stdout.strip() == "42", run.stderr
             subprocess.run(["podman", "rmi", "-f", ref], capture_output=True)
     finally:
