@@ -59,7 +59,11 @@ from dataclasses import asdict, dataclass, field
 
 try:  # inside torchkiln
     from . import fatbin as _fb
-except ImportError:  # shipped as two files side by side (python3 prune.py ...)
+except ImportError:  # shipped as two files side by side (python3 prune.py ...), also under python3 -I
+    import os as _os
+    import sys as _sys
+
+    _sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
     import fatbin as _fb  # type: ignore[no-redef]
 
 __all__ = [
