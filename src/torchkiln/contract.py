@@ -57,6 +57,9 @@ def image_labels(plan: BuildPlan) -> dict[str, str]:
             labels[f"{LABEL_PREFIX}.wheel-arch-list"] = t.wheel_arch_list
         labels[f"{LABEL_PREFIX}.targets"] = ",".join(f"{x.name}={x.capability}" for x in plan.targets)
         labels[f"{LABEL_PREFIX}.min-driver"] = plan.min_driver or ""
+        if plan.prune is not None:  # what `kiln prune` cut in the build (the SBOM carries the labels too)
+            labels[f"{LABEL_PREFIX}.pruned"] = ",".join(plan.prune.what)
+            labels[f"{LABEL_PREFIX}.pruned-to"] = ",".join(plan.prune.targets) + ("+ptx" if plan.prune.ptx else "")
     return labels
 
 

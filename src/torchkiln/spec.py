@@ -207,6 +207,8 @@ class GpuSpec(_Strict):
     targets: list[str] = Field(default_factory=list)
     min_driver: str | None = None
     ptx: bool = True
+    #: with targets given: cut torch's and the extensions' fat binaries down to them (kiln prune, #28)
+    prune: bool = True
 
     @field_validator("min_driver")
     @classmethod

@@ -244,3 +244,56 @@ def test_six_architecture_library_built_now(tmp_path: Path) -> None:
     assert sorted({e.arch for e in list_entries(so)}) == ["sm_86", "sm_90"]
     elf_check(orig, so)
     ctypes.CDLL(str(so))
+
+
+# ------------------------------------------------------------------------------- the rendered image
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def _plan(name: str, **gpu: object):
+    import tomllib
+
+    from torchkiln.knowledge import load_knowledge
+    from torchkiln.resolve import resolve
+    from torchkiln.spec import Spec
+
+    data = tomllib.loads((EXAMPLES / name).read_text())
+    data.setdefault("gpu", {}).update(gpu)
+    return resolve(Spec.model_validate(data), load_knowledge())
+
+
+def test_targets_prune_torch_and_extensions_in_their_install_steps(tmp_path: Path) -> None:
+    from torchkiln.building.context import dockerfile_context
+    from torchkiln.contract import image_labels
+    from torchkiln.render import render_dockerfile
+
+    plan = _plan("custom-ext.toml")
+    assert plan.prune is not None and plan.prune.targets == ("8.0", "9.0") and plan.prune.ptx
+    assert plan.prune.what == ("torch", "extension-libraries")
+    text = render_dockerfile(plan)
+    torch_step = text.split("FROM base AS torch")[1].split("\nFROM ")[0]
+    assert "prune.py --targets 8.0,9.0 --ptx /opt/venv/lib/python3.11/site-packages/torch" in torch_step
+    ext_step = text.split("AS ext-layer")[1].split("\nFROM ")[0]
+    assert "prune.py --targets 8.0,9.0 --ptx /opt/kiln-ext-layer" in ext_step
+    assert "source=.kiln/prune,target=/kiln/prune" in torch_step and "source=.kiln/prune" in ext_step
+    labels = image_labels(plan)
+    assert labels["io.torchkiln.pruned"] == "torch,extension-libraries"
+    assert labels["io.torchkiln.pruned-to"] == "8.0,9.0+ptx"
+    copies = dockerfile_context(plan, EXAMPLES).copies
+    assert {".kiln/prune/prune.py", ".kiln/prune/fatbin.py"} <= set(copies)
+    assert any(d.topic == "fat binaries" and "pruned to 8.0, 9.0" in d.choice for d in plan.decisions)
+    assert json.loads(json.dumps(plan.to_dict()["prune"])) == {"targets": ["8.0", "9.0"], "ptx": True,
+                                       "what": ["torch", "extension-libraries"]}
+
+
+def test_prune_false_and_no_targets_keep_fat_binaries_whole() -> None:
+    from torchkiln.building.context import dockerfile_context
+    from torchkiln.render import render_dockerfile
+
+    off = _plan("cu130-hopper.toml", prune=False)
+    assert off.prune is None and "prune.py" not in render_dockerfile(off)
+    assert any(d.topic == "fat binaries" and d.choice == "kept whole" for d in off.decisions)
+    assert not any(k.startswith(".kiln/prune") for k in dockerfile_context(off, EXAMPLES).copies)
+    assert _plan("cu130-hopper.toml", targets=[]).prune is None
+    assert _plan("cpu.toml").prune is None
