@@ -31,7 +31,7 @@ def prune_cmd(
     targets: Annotated[
         list[str] | None,
         typer.Option("--targets", "-t", help="Target GPUs, names or compute capabilities (H100, 8.6, sm_120); "
-                     "repeat or separate with commas. Default: the spec's gpu.targets, else a standard list."),
+                     "repeat or separate with commas. Default: the [gpu] targets of --spec or ./kiln.toml."),
     ] = None,
     spec: Annotated[
         Path | None, typer.Option("--spec", help="Take the targets from this kiln.toml (default: ./kiln.toml).")
@@ -50,6 +50,10 @@ def prune_cmd(
     down so the file shrinks (virtual addresses unchanged). NVIDIA's libraries (cuBLAS, cuDNN,
     NCCL...) are never modified: their bytes for other GPUs are reported instead.
     """
+    if not targets and spec is None and not Path("kiln.toml").is_file():
+        # a standard list would prune almost nothing and say little: the user must name the GPUs
+        raise typer.BadParameter("give the GPUs to keep (e.g. --targets H100), or a spec with [gpu] targets",
+                                 param_hint="--targets")
     caps = [(t.capability.major, t.capability.minor) for t in _targets(targets, spec)]
     if not path.exists():
         raise InputError(f"{path}: no such file or folder.", hint="Give a .so file, a folder or a .whl.")
