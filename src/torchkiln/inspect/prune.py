@@ -652,6 +652,7 @@ def prune_wheel(wheel: str, targets: Sequence[tuple[int, int]], *, ptx: bool = F
             except BaseException:
                 os.unlink(out_path)
                 raise
+    os.chmod(out_path, os.stat(wheel).st_mode & 0o7777)
     os.replace(out_path, wheel)
     return results
 
