@@ -297,3 +297,14 @@ def test_prune_false_and_no_targets_keep_fat_binaries_whole() -> None:
     assert not any(k.startswith(".kiln/prune") for k in dockerfile_context(off, EXAMPLES).copies)
     assert _plan("cu130-hopper.toml", targets=[]).prune is None
     assert _plan("cpu.toml").prune is None
+
+
+def test_installed_record_follows_the_pruned_file(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    so = copy(tmp_path, "multi.so", "site-packages/demo/lib/libdemo.so")
+    info = site / "demo-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("demo/__init__.py,,\ndemo/lib/libdemo.so,sha256=old,56296\ndemo-1.0.dist-info/RECORD,,\n")
+    prune.prune_tree(str(site / "demo"), [H100])
+    digest = base64.urlsafe_b64encode(hashlib.sha256(so.read_bytes()).digest()).rstrip(b"=").decode()
+    assert (info / "RECORD").read_text().splitlines()[1] == f"demo/lib/libdemo.so,sha256={digest},{so.stat().st_size}"

@@ -580,16 +580,61 @@ def prune_tree(root: str, targets: Sequence[tuple[int, int]], *, ptx: bool = Fal
             return prune_wheel(root, targets, ptx=ptx, dry_run=dry_run)
         if not _is_elf(root):
             raise PruneError(f"{root}: not an ELF file, a folder or a wheel")
-        return [_one(root, root, targets, ptx, dry_run)]
-    if not os.path.isdir(root):
+        out = [_one(root, root, targets, ptx, dry_run)]
+    elif not os.path.isdir(root):
         raise PruneError(f"{root}: no such file or folder")
-    out = []
-    for p in _walk(root):
-        if _is_elf(p):
-            r = _one(p, p, targets, ptx, dry_run)
-            if r.status != "no-device-code":
-                out.append(r)
+    else:
+        out = []
+        for p in _walk(root):
+            if _is_elf(p):
+                r = _one(p, p, targets, ptx, dry_run)
+                if r.status != "no-device-code":
+                    out.append(r)
+    if not dry_run:
+        update_records([r.path for r in out if r.status in ("pruned", "zeroed")])
     return out
+
+
+def update_records(paths: Iterable[str]) -> int:
+    """Rewrite the installed ``*.dist-info/RECORD`` lines (hash, size) of files that were pruned in place.
+
+    A file of an installed distribution is listed, relative to its site-packages folder, in the RECORD
+    of the distribution that installed it; that folder is the nearest parent holding ``*.dist-info``
+    folders. Returns how many lines changed. Files that no RECORD lists are left alone.
+    """
+    by_record: dict[str, dict[str, str]] = {}
+    for path in paths:
+        path = os.path.abspath(path)
+        d = os.path.dirname(path)
+        while d != os.path.dirname(d):
+            infos = [n for n in os.listdir(d) if n.endswith(".dist-info")] if os.path.isdir(d) else []
+            if infos:
+                rel = os.path.relpath(path, d)
+                for info in sorted(infos):
+                    rec = os.path.join(d, info, "RECORD")
+                    if os.path.isfile(rec):
+                        by_record.setdefault(rec, {})[rel] = path
+                break
+            d = os.path.dirname(d)
+    changed = 0
+    for rec, files in by_record.items():
+        with open(rec, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        new = []
+        for line in lines:
+            name = line.split(",", 1)[0]
+            if name in files:
+                line = f"{name},{_record_hash(files[name])},{os.path.getsize(files[name])}"
+                changed += 1
+            new.append(line)
+        if new != lines:
+            st = os.stat(rec)
+            tmp = rec + ".kiln-prune"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("\n".join(new) + "\n")
+            os.chmod(tmp, st.st_mode & 0o7777)
+            os.replace(tmp, rec)
+    return changed
 
 
 def _record_hash(data_path: str) -> str:
