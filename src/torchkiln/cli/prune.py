@@ -15,7 +15,8 @@ from rich.table import Table
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, print_json
-from torchkiln.cli.inspect import _targets, human
+from torchkiln.cli._common import human_size as human
+from torchkiln.cli.inspect import _targets
 from torchkiln.errors import InputError
 from torchkiln.inspect import fatbin
 from torchkiln.inspect import prune as pruner

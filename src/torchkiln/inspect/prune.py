@@ -64,7 +64,7 @@ except ImportError:  # shipped as two files side by side (python3 prune.py ...),
     import sys as _sys
 
     _sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-    import fatbin as _fb  # type: ignore[no-redef]
+    import fatbin as _fb  # type: ignore[import-not-found, no-redef]
 
 __all__ = [
     "FileResult",
@@ -304,8 +304,8 @@ def prune_file(path: str, targets: Sequence[tuple[int, int]], *, ptx: bool = Fal
         res.entries_before = len(all_entries)
         res.fatbin_before = sum(c.end - c.start for c in conts)
         keeps = [select(c.entries, targets, ptx) for c in conts]
-        kept = [e for c, k in zip(conts, keeps) for e, x in zip(c.entries, k) if x]
-        dropped = [e for c, k in zip(conts, keeps) for e, x in zip(c.entries, k) if not x]
+        kept = [e for c, k in zip(conts, keeps, strict=True) for e, x in zip(c.entries, k, strict=True) if x]
+        dropped = [e for c, k in zip(conts, keeps, strict=True) for e, x in zip(c.entries, k, strict=True) if not x]
         res.entries_after = len(kept)
         res.kept, res.dropped = _describe(kept), _describe(dropped)
         res.foreign_bytes = sum(e.header_size + e.payload_size for e in dropped)
@@ -315,8 +315,9 @@ def prune_file(path: str, targets: Sequence[tuple[int, int]], *, ptx: bool = Fal
 
         # new container bytes
         new_conts: list[bytes] = []
-        for c, k in zip(conts, keeps):
-            body = b"".join(read_at(e.offset, e.header_size + e.payload_size) for e, x in zip(c.entries, k) if x)
+        for c, k in zip(conts, keeps, strict=True):
+            body = b"".join(read_at(e.offset, e.header_size + e.payload_size)
+                            for e, x in zip(c.entries, k, strict=True) if x)
             hdr = bytearray(read_at(c.start, c.hsize))
             struct.pack_into("<Q", hdr, 8, len(body))
             new_conts.append(bytes(hdr) + body)
@@ -337,13 +338,14 @@ def prune_file(path: str, targets: Sequence[tuple[int, int]], *, ptx: bool = Fal
             starts = [c.start for c in conts]
             packed_end = conts[-1].start + len(new_conts[-1]) if conts else f_off
 
-        plan = _shrink_plan(phdrs, shdrs, fi, f_off, f_size, f_addr, packed_end, e_phoff, e_phnum, e_shoff, size)
+        planned = _shrink_plan(phdrs, shdrs, fi, f_off, f_size, f_addr, packed_end, e_phoff, e_phnum, e_shoff, size)
+        plan: dict[str, int] | None = None
         if not shrink:
-            plan, why = None, "shrinking was turned off"
-        elif isinstance(plan, str):
-            plan, why = None, plan
-        elif not moves_ok:
-            plan = None
+            why = "shrinking was turned off"
+        elif isinstance(planned, str):
+            why = planned
+        elif moves_ok:
+            plan = planned
         if plan is None:
             res.status = "zeroed"
             res.note = f"freed bytes zeroed, file size unchanged: {why}"
@@ -357,7 +359,7 @@ def prune_file(path: str, targets: Sequence[tuple[int, int]], *, ptx: bool = Fal
         # assemble the new .nv_fatbin region
         region_end = plan["new_end"] if plan else f_off + f_size
         region = bytearray(region_end - f_off)
-        for st, blob in zip(starts, new_conts):
+        for st, blob in zip(starts, new_conts, strict=True):
             region[st - f_off : st - f_off + len(blob)] = blob
         if plan:
             _plan_headers(plan, phdrs, shdrs, fi, e_phoff, e_phnum, e_shoff, f_off, region, patches, packed_end)
@@ -370,7 +372,7 @@ def _moves_safe(read_at: _fb.ReadAt, shdrs: list[list[int]], names: list[str], f
                 conts: list[_Container], e_type: int, e_machine: int) -> tuple[bool, str]:
     """Whether every reference to a container is one we know how to move (see the docstring, step 2)."""
     if e_type != ET_DYN:
-        return False, "not a shared object (ELF type %d): containers compacted in place" % e_type
+        return False, f"not a shared object (ELF type {e_type}): containers compacted in place"
     rel_type = RELATIVE_TYPES.get(e_machine)
     if rel_type is None:
         return False, f"unknown machine {e_machine}: containers compacted in place"
@@ -391,7 +393,7 @@ def _moves_safe(read_at: _fb.ReadAt, shdrs: list[list[int]], names: list[str], f
 
 def _move_references(read_at: _fb.ReadAt, shdrs: list[list[int]], names: list[str], fsh: list[int],
                      conts: list[_Container], starts: list[int], e_machine: int, fi: int, patches: _Patches) -> None:
-    va = {fsh[3] + (c.start - fsh[4]): fsh[3] + (s - fsh[4]) for c, s in zip(conts, starts)}
+    va = {fsh[3] + (c.start - fsh[4]): fsh[3] + (s - fsh[4]) for c, s in zip(conts, starts, strict=True)}
     rel_type = RELATIVE_TYPES[e_machine]
     seg = shdrs[names.index(SEGMENT)]
     data = read_at(seg[4], seg[5])
@@ -687,12 +689,14 @@ def prune_wheel(wheel: str, targets: Sequence[tuple[int, int]], *, ptx: bool = F
                 with zipfile.ZipFile(out_path, "w") as zout:
                     for info in infos:
                         if info.filename in changed:
-                            with open(changed[info.filename], "rb") as f, zout.open(info, "w", force_zip64=os.path.getsize(changed[info.filename]) > zipfile.ZIP64_LIMIT) as g:
+                            big = os.path.getsize(changed[info.filename]) > zipfile.ZIP64_LIMIT
+                            with open(changed[info.filename], "rb") as f, zout.open(info, "w", force_zip64=big) as g:
                                 shutil.copyfileobj(f, g, 1 << 20)
                         elif info.filename == record:
                             zout.writestr(info, "\n".join(new_lines) + "\n")
                         else:
-                            with zin.open(info) as f, zout.open(info, "w", force_zip64=info.file_size > zipfile.ZIP64_LIMIT) as g:
+                            big = info.file_size > zipfile.ZIP64_LIMIT
+                            with zin.open(info) as f, zout.open(info, "w", force_zip64=big) as g:
                                 shutil.copyfileobj(f, g, 1 << 20)
             except BaseException:
                 os.unlink(out_path)
@@ -738,9 +742,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"summary": s, "files": [r.to_dict() for r in results]}, indent=2))
     else:
         for r in results:
-            print(f"{r.status:9} {r.size_before:>12} -> {r.size_after:>12}  {r.path}" + (f"  ({r.note})" if r.note else ""))
-        print(f"kiln prune: {s['files']} files {s['bytes_before']} -> {s['bytes_after']} bytes; "
-              f"NVIDIA's {s['nvidia_files']} files carry {s['nvidia_foreign_bytes']} bytes for other GPUs (not modified)")
+            note = f"  ({r.note})" if r.note else ""
+            print(f"{r.status:9} {r.size_before:>12} -> {r.size_after:>12}  {r.path}{note}")
+        print(f"kiln prune: {s['files']} files {s['bytes_before']} -> {s['bytes_after']} bytes; NVIDIA's "
+              f"{s['nvidia_files']} files carry {s['nvidia_foreign_bytes']} bytes for other GPUs (not modified)")
     return 0
 
 

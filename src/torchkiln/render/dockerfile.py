@@ -88,8 +88,8 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
         "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).",
         "# torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed",
-        *([f"# torch's fat binaries keep only the device code of {', '.join(plan.prune.targets)} (kiln prune; [gpu] prune ="
-           " false keeps them whole)"] if plan.prune else []),
+        *([f"# torch's fat binaries keep only the device code of {', '.join(plan.prune.targets)}"
+           " (kiln prune; [gpu] prune = false keeps them whole)"] if plan.prune else []),
         "FROM base AS torch",
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),

@@ -820,7 +820,9 @@ def _prune_plan(spec: Spec, torch_plan: TorchPlan, targets: Iterable[Any], ext_p
     what = ("torch", "extension-libraries") if list(ext_plans) else ("torch",)
     plan = PrunePlan(caps, spec.gpu.ptx, what)
     decisions.append(Decision(
-        "fat binaries", f"{' and '.join(w.replace('-', ' ') for w in what)} pruned to {', '.join(caps)}" + (" (+ newest PTX)" if spec.gpu.ptx else ""),
+        "fat binaries",
+        f"{' and '.join(w.replace('-', ' ') for w in what)} pruned to {', '.join(caps)}"
+        + (" (+ newest PTX)" if spec.gpu.ptx else ""),
         "[gpu] targets are given: each .nv_fatbin keeps the SASS of the targets (and their a/f variants)"
         + (", plus the newest PTX that runs on them ([gpu] ptx)" if spec.gpu.ptx else "")
         + " in the step that installs it, and the files shrink (libtorch_cuda.so of torch 2.11 cu130: 435 -> 199 MiB "
