@@ -176,14 +176,13 @@ def _serving_evidence(ctx: Context) -> str | None:
     m = _SERVING_WORDS.search(text)
     if m:
         return f"{last.keyword} runs {m.group(0)!r} (line {last.line})"
+    words = text.split()
+    if not words or _NOT_A_SERVICE.match(words[0]):
+        return None  # a shell, Jupyter (a dev image) or sshd, whatever ports it listens on
     flags = _LISTEN_FLAGS.search(text) or ("$" in text and _LISTEN_FLAGS.search(" ".join(env_text)))
     if flags:
         return f"{last.keyword} passes {flags.group(0).strip()!r} (line {last.line})"
-    args = [a for a in last.args if a]
-    prog = args[0] if args else ""
-    if exposed is not None and prog and not _NOT_A_SERVICE.match(prog) and not (
-        last.keyword == "CMD" and not last.exec_form and _NOT_A_SERVICE.match(text.split()[0])
-    ):
+    if exposed is not None:
         return f"EXPOSE {' '.join(exposed.args)} (line {exposed.line}) with {last.keyword} {text[:40]!r}"
     return None
 

@@ -924,19 +924,6 @@ def _pinned(inst: Install, name: str) -> Version | None:
     return None
 
 
-def _version_of(ref: str | None) -> Version | None:
-    """A release tag (`v2.3.3`, `2.3.3`) as a version; None for a branch or commit."""
-    if not ref or not re.fullmatch(r"[vV]?\d+(\.\d+)+(\.post\d+)?", ref):
-        return None
-    try:
-        return Version(ref.lstrip("vV"))
-    except InvalidVersion:
-        return None
-
-
-_CUDA_IN_TAG = re.compile(r"(?:^|[-_])cuda[-_]?(\d+)\.(\d+)|^(\d+)\.(\d+)(?:\.\d+)?-")
-
-
 def _image_cuda(image: str) -> tuple[int, int] | None:
     """The CUDA version an image's tag names: nvidia/cuda:12.1.0-..., pytorch/pytorch:...-cuda11.8-..."""
     repo, tag, _ = image_tag(image)
@@ -1227,7 +1214,7 @@ def ext_max_jobs(ctx: Context) -> Iterator[Hit]:
         if force and (b.env.get(force) or "").upper() != "TRUE":
             continue  # setup.py downloads the matching prebuilt wheel unless forced to build
         if b.label in ("flash-attn", "flash-attention"):
-            v = _pinned(b.install, "flash-attn") or _version_of(_checkout_ref(b))
+            v = _pinned(b.install, "flash-attn")
             if v is None or v >= _FA_AUTO_MAX_JOBS:
                 continue  # its setup.py sizes MAX_JOBS from cores and free memory when unset
         yield b.hit(f"{b.label} is compiled with no MAX_JOBS: ninja starts one nvcc job per CPU")

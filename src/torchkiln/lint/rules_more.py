@@ -90,6 +90,25 @@ def _cleans_conda(cmd: Command) -> bool:
     return False
 
 
+def _conda_copied_stages(ctx: Context) -> set[int]:
+    """Stages outside the final chain whose conda root the final image copies
+    (`COPY --from=<stage> /opt/conda /opt/conda`): their package cache ships too."""
+    out: set[int] = set()
+    if ctx.df is None:
+        return out
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword != "COPY":
+                continue
+            ref = next(iter(ins.flag_values("from")), None)
+            src = ctx.df.stage_ref(ref) if ref else None
+            if src is None:
+                continue
+            if any(re.search(r"(^|/)(mini|mamba|micro)?(conda|forge)[^/]*/?$", a) for a in ins.args[:-1]):
+                out.update(c.index for c in ctx.df.chain(src))
+    return out
+
+
 @rule(
     "KL031",
     "conda-cache-in-layer",
@@ -105,7 +124,9 @@ def _cleans_conda(cmd: Command) -> bool:
     fix="End the RUN with `&& conda clean -afy` (micromamba: `micromamba clean --all --yes`), or mount the pkgs folder as a cache.",
 )
 def conda_cache(ctx: Context) -> Iterator[Hit]:
-    for step in _final_steps(ctx):
+    copied = _conda_copied_stages(ctx)
+    steps = [st for st in ctx.steps if ctx.in_final_chain(st.stage) or st.stage.index in copied]
+    for step in steps:
         installs = _conda_installs(step)
         if not installs:
             continue
@@ -116,10 +137,11 @@ def conda_cache(ctx: Context) -> Iterator[Hit]:
             later = cmds[cmds.index(inst) + 1 :] if inst in cmds else []
             if any(_cleans_conda(c) for c in later):
                 continue
+            shipped = "" if ctx.in_final_chain(step.stage) else " (the final stage copies this conda root)"
             yield Hit(
                 inst.line,
                 f"{inst.name.rsplit('/', 1)[-1]} {inst.argv[1]} in {_stage_label(step.stage)} leaves its package "
-                "cache (pkgs/) in a layer of the final image",
+                f"cache (pkgs/) in a layer of the final image{shipped}",
                 stage=step.stage.label,
             )
 
@@ -336,3 +358,43 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
                             + (" (with --no-deps it fails to load)" if inst.has("--no-deps") else ": pip will replace torch"),
                             stage=step.stage.label,
                         )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL035: a RUN that only sets shell variables
+
+
+@rule(
+    "KL035",
+    "run-sets-nothing",
+    "warning",
+    "A RUN only exports or assigns variables, which end with it",
+    why=(
+        "Each RUN is a new shell: `RUN export FORCE_CUDA=1` or `RUN A=1 && B=2` sets the variables "
+        "for that shell only, and they are gone when it exits. The later build steps the author meant "
+        "them for run without them (a CUDA extension built without FORCE_CUDA, a library path that is "
+        "not set)."
+    ),
+    source="Dockerfile reference 'RUN' and 'ENV' (ENV values persist for later instructions; RUN's shell environment does not)",
+    fix="Use ENV (or ARG for build-only values), or set the variables in the RUN that needs them.",
+)
+def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
+    for step in ctx.steps:
+        cmds = [c for c, _, _ in step.commands]
+        if not cmds or step.ins.heredocs:
+            continue
+        names: list[str] = []
+        for c in cmds:
+            if c.name == "export" and len(c.words) > 1:
+                names += [w.text.split("=", 1)[0] for w in c.words[1:] if not w.text.startswith("-")]
+            elif not c.words and c.assignments:
+                names += [w.text.split("=", 1)[0] for w in c.assignments]
+            else:
+                break
+        else:
+            if names:
+                yield Hit(
+                    step.ins.line,
+                    f"RUN only sets {', '.join(names)}: the values end with this RUN's shell and later steps do not see them",
+                    stage=step.stage.label,
+                )
