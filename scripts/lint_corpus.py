@@ -203,6 +203,89 @@ def report(
     return "\n".join(lines) + "\n", 1 if problems else 0
 
 
+AFTER = "[judged after"  # a verdict taken after the rule changes (a finding the baseline did not have)
+
+
+def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, int]:
+    """A split fixed before a round of rule changes: the baseline (its first verdicts), the
+    findings now (precision overall and at warning/error, per rule with recall against the misses
+    recorded when it was judged), what the changes removed, and the misses still open."""
+    manifest = read_tsv(CORPUS_DIR / f"{name}.tsv")
+    verdict_rows = read_tsv(CORPUS_DIR / f"{name}-verdicts.tsv")
+    misses = read_tsv(CORPUS_DIR / f"{name}-misses.tsv") if (CORPUS_DIR / f"{name}-misses.tsv").is_file() else []
+    files = [corpus / row["file"] for row in manifest]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        sys.exit(f"{len(missing)} manifest file(s) are not in {corpus}: {', '.join(missing[:5])}")
+    config = LintConfig()
+    found: dict[Key, tuple[str, str]] = {}
+    t0, cpu0 = time.perf_counter(), time.process_time() + _children_cpu()
+    for f in files:
+        for fd in lint_source(read_source(f, "dockerfile", f.name), config):
+            found[(f.name, fd.line, fd.rule)] = (fd.severity, fd.message)
+    wall, cpu = time.perf_counter() - t0, time.process_time() + _children_cpu() - cpu0
+    verdicts = {(r["file"], int(r["line"]), r["rule"]): r for r in verdict_rows}
+    bad = [k for k, r in verdicts.items() if r["verdict"] not in VERDICT_KINDS or len(r["why"].strip()) < 20]
+    unjudged = sorted(set(found) - set(verdicts))
+    gone = sorted(set(verdicts) - set(found))
+    base = Counter(r["verdict"] for r in verdict_rows if not r["why"].startswith(AFTER))
+    nb = sum(base.values())
+    now = Counter(verdicts[k]["verdict"] for k in found if k in verdicts)
+    n = sum(now.values())
+    strict = Counter(verdicts[k]["verdict"] for k, (sev, _) in found.items() if k in verdicts and sev != "info")
+    ns = sum(strict.values())
+    removed = Counter(verdicts[k]["verdict"] for k in gone)
+    exe = find_hadolint(hadolint)
+    version, had = run_hadolint(exe, files, suffix=None)
+    caught = [m for m in misses if m["rule"] != "-" and (m["file"], int(m["line"]), m["rule"]) in found]
+    open_misses = [m for m in misses if m not in caught]
+    lines = [
+        f"Split `{name}`: {len(files)} public ML/CUDA Dockerfiles from {len({r['repo'] for r in manifest})} "
+        f"repositories (list: `docs/lint-corpus/{name}.tsv`; the files are not in this repository), fixed "
+        "and judged before the rule changes of issue 29. Measured by `scripts/lint_corpus.py --split "
+        f"{name}`, hadolint: `{version}` (default rules).",
+        "",
+        f"- Before the changes: **{nb} findings: {base['true']} true, {base['debatable']} debatable, "
+        f"{base['false']} false** (precision {_pct(base['true'], nb)}, false {_pct(base['false'], nb)}); "
+        f"{len(misses)} missed problems recorded (`docs/lint-corpus/{name}-misses.tsv`).",
+        f"- Now: **{n} findings: {now['true']} true, {now['debatable']} debatable, {now['false']} false** "
+        f"(precision {_pct(now['true'], n)}, false {_pct(now['false'], n)}); at warning or error (what "
+        f"fails a run) {ns} findings, precision {_pct(strict['true'], ns)}, false {_pct(strict['false'], ns)}. "
+        f"Findings judged after the changes carry `{AFTER} ...` in their reason.",
+        f"- No longer reported: {sum(removed.values())} ({', '.join(f'{c} {v}' for v, c in sorted(removed.items())) or 'none'}); "
+        f"recorded misses now caught: {len(caught)} of {len(misses)}.",
+        f"- No crash or input error on any file; linting the split took {wall:.2f} s wall, {cpu:.2f} s CPU. "
+        f"hadolint: {sum(len(v) for v in had.values())} findings on the same files.",
+        "",
+        "| kiln rule | findings | info | true | debatable | false | precision | misses still open | recall | hadolint, same problem |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rules = {r.id: r for r in ordered_rules()}
+    rids = sorted({k[2] for k in found} | {m["rule"] for m in misses if m["rule"] != "-"})
+    for rid in rids:
+        ks = [k for k in found if k[2] == rid]
+        c = Counter(verdicts[k]["verdict"] for k in ks if k in verdicts)
+        info = sum(1 for k in ks if found[k][0] == "info")
+        left = sum(1 for m in open_misses if m["rule"] == rid)
+        same = SAME_PROBLEM.get(rid, set())
+        had_n = sum(1 for hits in had.values() for code, _ in hits if code in same)
+        lines.append(
+            f"| {rid} {rules[rid].name} | {len(ks)} | {info} | {c['true']} | {c['debatable']} | {c['false']} "
+            f"| {_pct(c['true'], len(ks))} | {left} | {_pct(c['true'], c['true'] + left)} "
+            f"| {', '.join(sorted(same)) + f': {had_n}' if same else '—'} |"
+        )
+    lines += ["", "Misses still open (no rule reports them, or not with certainty):", ""]
+    lines += [f"- `{m['file']}` line {m['line']} ({m['kind']}{'' if m['rule'] == '-' else ', ' + m['rule']}): {m[list(m)[-1]]}" for m in open_misses]
+    problems = []
+    if bad:
+        problems.append(f"verdicts without a valid verdict or reason: {bad[:5]}")
+    if unjudged:
+        problems.append("findings with no verdict:\n" + "\n".join(f"  {f}:{ln} {r} {found[(f, ln, r)][1]}" for f, ln, r in unjudged))
+    for p in problems:
+        print(p, file=sys.stderr)
+    return "\n".join(lines) + "\n", 1 if problems else 0
+
+
 def _keyword(path: Path, line: int) -> str:
     """The keyword (RUN, ENV, ...) of the instruction that holds ``line`` of a Dockerfile."""
     df = read_source(path, "dockerfile", path.name)
@@ -251,7 +334,10 @@ def main() -> int:
         ]
         print(json.dumps(rows, indent=1))
         return 0
-    block, status = report(args.corpus, args.hadolint, manifest_path, verdicts_path)
+    if args.split:
+        block, status = split_report(args.corpus, args.hadolint, args.split)
+    else:
+        block, status = report(args.corpus, args.hadolint, manifest_path, verdicts_path)
     if args.write:
         markers = (HELDOUT_START, HELDOUT_END) if args.heldout else (START, END)
         if args.split:

@@ -71,3 +71,13 @@ def test_nested_arg_expansion_like_buildkit() -> None:
 def test_exec_form_shell_script_is_read() -> None:
     df = 'FROM python:3.11-slim\nRUN ["/bin/bash", "-o", "pipefail", "-c", "pip install requests | tee log"]\n'
     assert [ln for ln, _, _ in _find(df, "KL002")] == [2]
+
+
+def test_sdist_isolation_depends_on_pip_unless_pip_was_upgraded() -> None:
+    head = "FROM pytorch/pytorch:2.1.2-cuda12.1-cudnn8-devel\nENV MAX_JOBS=4\n"
+    plain = _find(head + "RUN pip install --no-cache-dir flash-attn\n", "KL009")
+    upgraded = _find(head + "RUN pip install --no-cache-dir -U pip && pip install --no-cache-dir flash-attn\n", "KL009")
+    uv = _find(head + "RUN uv pip install --system --no-cache flash-attn\n", "KL009")
+    assert [s for _, s, _ in plain] == ["info"] and "sdist has no pyproject.toml" in plain[0][2]
+    assert [s for _, s, _ in upgraded] == ["error"]
+    assert [s for _, s, _ in uv] == ["error"]

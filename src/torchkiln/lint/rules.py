@@ -1051,18 +1051,58 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         if b.label == "apex" and _legacy_apex(b):
             continue
-        pin = _source_pin(b)
-        if pin is not None and not _pin_has_pyproject(b.label, pin):
+        why_unsure = _isolation_unsure(ctx, b)
+        if why_unsure:
             yield Hit(
                 inst.line,
-                f"{b.label} at {pin} is built without --no-build-isolation: pip isolates the build only if "
-                "that source has a pyproject.toml (without one it runs setup.py with the image's torch); "
-                "the Dockerfile cannot tell which, so this may fail with \"No module named 'torch'\"",
+                f"{b.label} is built without --no-build-isolation and {why_unsure}: pip before 25.3 with "
+                "`wheel` installed runs its setup.py with the image's torch; pip 25.3 and later (or without "
+                "`wheel`) build it in an isolated environment without torch (\"No module named 'torch'\"). "
+                "The Dockerfile does not show which pip runs",
                 stage=b.step.stage.label,
                 severity="info",
             )
             continue
         yield b.hit(f"{b.label} is built in an isolated environment without your torch (no --no-build-isolation)")
+
+
+#: sdists on the package index with no pyproject.toml (checked: flash-attn 2.3.3, 2.4.1, 2.5.5,
+#: 2.5.8, 2.7.4.post1, 2.8.3; xformers 0.0.22; deepspeed 0.12.6, 0.16.2), so pip decides whether to
+#: isolate their build: pip 24.0 and 25.2 run setup.py in the current environment, pip 26.3 builds in
+#: isolation (checked with a setup.py that imports an outer package; pip 25.3 enforces PEP 517)
+_SDIST_WITHOUT_PYPROJECT = frozenset({"flash-attn", "xformers", "deepspeed"})
+
+
+def _isolation_unsure(ctx: Context, b: ExtBuild) -> str | None:
+    """Why KL009 cannot be sure the build is isolated (None when it is sure): an sdist without a
+    pyproject.toml, or a source pinned to a release/commit whose pyproject.toml is unknown, built by
+    a pip whose version the Dockerfile does not show. uv always isolates; a pip upgraded to the
+    newest release (`pip install -U pip`) is 25.3 or later and always isolates."""
+    inst = b.install
+    if inst.tool == "uv" or _pip_upgraded_before(ctx, b):
+        return None
+    for r in inst.reqs:
+        if r.kind == "name" and r.name in _SDIST_WITHOUT_PYPROJECT and r.name == b.label:
+            return "its sdist has no pyproject.toml"
+    pin = _source_pin(b)
+    if pin is not None and not _pin_has_pyproject(b.label, pin):
+        return f"is pinned to {pin}, whose pyproject.toml (if any) the file does not show"
+    return None
+
+
+def _pip_upgraded_before(ctx: Context, b: ExtBuild) -> bool:
+    """`pip install -U pip` (no version) earlier in the stage chain or the same RUN: the newest pip."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(b.step.stage)}
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > b.step.ins.line:
+            continue
+        for other in st.installs:
+            if other is b.install:
+                break
+            if other.tool == "pip" and other.has("--upgrade") and any(r.text.strip().lower() == "pip" for r in other.reqs):
+                return True
+    return False
 
 
 #: pinned releases known to ship a pyproject.toml whose build requirements include torch (an
