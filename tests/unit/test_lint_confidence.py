@@ -28,15 +28,24 @@ def test_ngc_pip_cache_by_release() -> None:
 def test_uv_cache_is_info_unless_copied() -> None:
     base = "FROM python:3.11-slim\nRUN pip install --no-cache-dir uv\n"
     assert [s for _, s, _ in _find(base + "RUN uv pip install --system numpy\n", "KL002")] == ["info"]
-    assert [s for _, s, _ in _find(base + "RUN uv pip install --system --link-mode copy numpy\n", "KL002")] == ["warning"]
+    assert [s for _, s, _ in _find(base + "RUN uv pip install --system --link-mode copy numpy\n", "KL002")] == [
+        "warning"
+    ]
     assert _find(base + "RUN --mount=type=cache,target=/root/.cache/uv uv pip install --system numpy\n", "KL002") == []
 
 
 def test_pinned_extension_isolation_is_info_known_pyproject_is_error() -> None:
-    head = "FROM pytorch/pytorch:2.1.2-cuda12.1-cudnn8-devel\nENV MAX_JOBS=4 TORCH_CUDA_ARCH_LIST=9.0+PTX NVTE_CUDA_ARCHS=90\n"
+    head = (
+        "FROM pytorch/pytorch:2.1.2-cuda12.1-cudnn8-devel\n"
+        "ENV MAX_JOBS=4 TORCH_CUDA_ARCH_LIST=9.0+PTX NVTE_CUDA_ARCHS=90\n"
+    )
     pinned = _find(head + "RUN pip install --no-cache-dir flash-attn==2.5.5\n", "KL009")
-    te17 = _find(head + "RUN pip install --no-cache-dir git+https://github.com/NVIDIA/TransformerEngine.git@v1.7.0\n", "KL009")
-    te_old = _find(head + "RUN pip install --no-cache-dir git+https://github.com/NVIDIA/TransformerEngine.git@abc1234\n", "KL009")
+    te17 = _find(
+        head + "RUN pip install --no-cache-dir git+https://github.com/NVIDIA/TransformerEngine.git@v1.7.0\n", "KL009"
+    )
+    te_old = _find(
+        head + "RUN pip install --no-cache-dir git+https://github.com/NVIDIA/TransformerEngine.git@abc1234\n", "KL009"
+    )
     assert [s for _, s, _ in pinned] == ["info"]
     assert [s for _, s, _ in te17] == ["error"]
     assert [s for _, s, _ in te_old] == ["info"]

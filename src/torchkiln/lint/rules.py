@@ -1100,7 +1100,8 @@ def _pip_upgraded_before(ctx: Context, b: ExtBuild) -> bool:
         for other in st.installs:
             if other is b.install:
                 break
-            if other.tool == "pip" and other.has("--upgrade") and any(r.text.strip().lower() == "pip" for r in other.reqs):
+            upgrades_pip = any(r.text.strip().lower() == "pip" for r in other.reqs)
+            if other.tool == "pip" and other.has("--upgrade") and upgrades_pip:
                 return True
     return False
 

@@ -13,7 +13,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import Context, Step
-from torchkiln.lint.rules import Hit, _final_steps, _stage_label, image_tag, rule
+from torchkiln.lint.rules import Hit, _stage_label, image_tag, rule
 from torchkiln.lint.shell import Command, swallowing_comments
 
 # ---------------------------------------------------------------------------------------------
@@ -35,7 +35,10 @@ from torchkiln.lint.shell import Command, swallowing_comments
         "Dockerfile reference 'Format' (comment lines inside continuations are removed, not other "
         "text) and 'Parser directives: escape'; POSIX shell 'Comments' (to the end of the line)"
     ),
-    fix="Move the comment to a line of its own above the RUN (or to a line that starts with #), or end the command before it.",
+    fix=(
+        "Move the comment to a line of its own above the RUN (or to a line that starts with #), "
+        "or end the command before it."
+    ),
 )
 def comment_swallows(ctx: Context) -> Iterator[Hit]:
     for step in ctx.steps:
@@ -120,8 +123,14 @@ def _conda_copied_stages(ctx: Context) -> set[int]:
         "Cleaning in a later RUN does not shrink the image; it has to happen in the RUN that installs, "
         "or the cache must be a BuildKit cache mount."
     ),
-    source="conda docs 'conda clean'; micromamba-docker docs ('micromamba clean --all --yes'); Docker docs 'Use cache mounts'",
-    fix="End the RUN with `&& conda clean -afy` (micromamba: `micromamba clean --all --yes`), or mount the pkgs folder as a cache.",
+    source=(
+        "conda docs 'conda clean'; micromamba-docker docs ('micromamba clean --all --yes'); "
+        "Docker docs 'Use cache mounts'"
+    ),
+    fix=(
+        "End the RUN with `&& conda clean -afy` (micromamba: `micromamba clean --all --yes`), "
+        "or mount the pkgs folder as a cache."
+    ),
 )
 def conda_cache(ctx: Context) -> Iterator[Hit]:
     copied = _conda_copied_stages(ctx)
@@ -158,7 +167,8 @@ def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
     if prog == "wget" and "--no-check-certificate" in args:
         return "wget --no-check-certificate does not verify the server's TLS certificate"
     if prog in ("apt-get", "apt", "aptitude") and any(
-        a in ("--allow-unauthenticated", "--allow-insecure-repositories") or "AllowUnauthenticated=true" in a for a in args
+        a in ("--allow-unauthenticated", "--allow-insecure-repositories") or "AllowUnauthenticated=true" in a
+        for a in args
     ):
         return "apt installs packages whose signatures are not checked (--allow-unauthenticated)"
     if re.fullmatch(r"pip(\d(\.\d+)?)?", prog) or (prog.startswith("python") and "pip" in args[:2]) or prog == "uv":
@@ -188,7 +198,9 @@ def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
         "file, wheel or package that lands in the image is not verified. In an image that then runs "
         "it (often as root, often with GPUs and data mounted) that is a supply-chain hole."
     ),
-    source="curl man page (--insecure); GNU Wget manual (--no-check-certificate); pip docs (--trusted-host); apt-get(8)",
+    source=(
+        "curl man page (--insecure); GNU Wget manual (--no-check-certificate); pip docs (--trusted-host); apt-get(8)"
+    ),
     fix=(
         "Drop the flag and fix the cause: install ca-certificates (or add the corporate CA to the "
         "image's trust store), use https, import the repository's signing key; pin a checksum "
@@ -203,7 +215,11 @@ def insecure_download(ctx: Context) -> Iterator[Hit]:
                 yield Hit(cmd.line, what, stage=step.stage.label)
         for name, value in step.env.items():
             if name == "PIP_TRUSTED_HOST" and value:
-                yield Hit(step.ins.line, f"PIP_TRUSTED_HOST={value} turns off TLS verification for pip", stage=step.stage.label)
+                yield Hit(
+                    step.ins.line,
+                    f"PIP_TRUSTED_HOST={value} turns off TLS verification for pip",
+                    stage=step.stage.label,
+                )
                 break
 
 
@@ -235,7 +251,10 @@ _MAYBE_SECRET = re.compile(r"(^|/)(\.env|\.npmrc)/?$", re.I)
         "service-account key, a .netrc or .pypirc. Build-time credentials belong in a BuildKit secret "
         "mount; run-time ones in the orchestrator's secret store."
     ),
-    source="Docker docs 'Build secrets' (RUN --mount=type=secret); CIS Docker Benchmark 4.10 (do not store secrets in Dockerfiles)",
+    source=(
+        "Docker docs 'Build secrets' (RUN --mount=type=secret); CIS Docker Benchmark 4.10 "
+        "(do not store secrets in Dockerfiles)"
+    ),
     fix=(
         "Remove the COPY; at build time use `RUN --mount=type=secret,id=key,target=/root/.ssh/id_rsa ...` "
         "(or `--mount=type=ssh`), at run time mount the file or pass it from a secret store. Add the "
@@ -312,8 +331,14 @@ def _image_torch(image: str | None) -> Version | None:
         "another torch they fail to import with undefined symbols; without --no-deps pip instead "
         "replaces the image's torch with the one the wheel wants."
     ),
-    source="Dao-AILab/flash-attention release assets (wheel names); xformers README and wheel metadata (`pairs` in knowledge/extensions.toml)",
-    fix="Pick the wheel built for the torch the image runs (the same torch major.minor in the file name, or the xformers release paired with it), or pin torch to the wheel's.",
+    source=(
+        "Dao-AILab/flash-attention release assets (wheel names); xformers README and wheel metadata "
+        "(`pairs` in knowledge/extensions.toml)"
+    ),
+    fix=(
+        "Pick the wheel built for the torch the image runs (the same torch major.minor in the file name, "
+        "or the xformers release paired with it), or pin torch to the wheel's."
+    ),
 )
 def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
@@ -324,7 +349,11 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
     exts = load_knowledge().extensions
     for step in ctx.steps:
         chain = {c.index for c in ctx.df.chain(step.stage)}
-        cands = [v for s, v in pins if s.stage.index in chain and (s.stage.index != step.stage.index or s.ins.line <= step.ins.line)]
+        cands = [
+            v
+            for s, v in pins
+            if s.stage.index in chain and (s.stage.index != step.stage.index or s.ins.line <= step.ins.line)
+        ]
         torch_v = cands[-1] if cands else _image_torch(ctx.df.base_image(step.stage))
         if torch_v is None:
             continue
@@ -333,18 +362,25 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
                 continue
             for r in inst.reqs:
                 low = r.text.lower()
-                if r.kind in ("wheel", "url") and low.endswith(".whl") and any(e in low.rsplit("/", 1)[-1] for e in _EXT_WHEELS):
+                if (
+                    r.kind in ("wheel", "url")
+                    and low.endswith(".whl")
+                    and any(e in low.rsplit("/", 1)[-1] for e in _EXT_WHEELS)
+                ):
                     m = _WHEEL_TORCH.search(low.rsplit("/", 1)[-1])
                     if m and m.group(1) != f"{torch_v.major}.{torch_v.minor}":
                         yield Hit(
                             inst.line,
-                            f"{r.text.rsplit('/', 1)[-1]} is built for torch {m.group(1)}, but the image's torch is {torch_v}",
+                            f"{r.text.rsplit('/', 1)[-1]} is built for torch {m.group(1)}, "
+                            f"but the image's torch is {torch_v}",
                             stage=step.stage.label,
                         )
                 if r.kind == "name" and r.name == "xformers":
                     v = re.search(r"===?\s*([0-9][0-9A-Za-z.+-]*)", r.text)
                     ext = exts.get("xformers")
-                    want = ext.pairs.get(v.group(1)) if (v and ext) else None
+                    if v is None or ext is None:
+                        continue
+                    want = ext.pairs.get(v.group(1))
                     if not want:
                         continue
                     try:
@@ -354,8 +390,13 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
                     if not ok:
                         yield Hit(
                             inst.line,
-                            f"xformers {v.group(1)} requires torch {want} in its metadata, but the image's torch is {torch_v}"
-                            + (" (with --no-deps it fails to load)" if inst.has("--no-deps") else ": pip will replace torch"),
+                            f"xformers {v.group(1)} requires torch {want} in its metadata, "
+                            f"but the image's torch is {torch_v}"
+                            + (
+                                " (with --no-deps it fails to load)"
+                                if inst.has("--no-deps")
+                                else ": pip will replace torch"
+                            ),
                             stage=step.stage.label,
                         )
 
@@ -375,7 +416,10 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
         "them for run without them (a CUDA extension built without FORCE_CUDA, a library path that is "
         "not set)."
     ),
-    source="Dockerfile reference 'RUN' and 'ENV' (ENV values persist for later instructions; RUN's shell environment does not)",
+    source=(
+        "Dockerfile reference 'RUN' and 'ENV' (ENV values persist for later instructions; "
+        "RUN's shell environment does not)"
+    ),
     fix="Use ENV (or ARG for build-only values), or set the variables in the RUN that needs them.",
 )
 def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
@@ -395,6 +439,7 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
             if names:
                 yield Hit(
                     step.ins.line,
-                    f"RUN only sets {', '.join(names)}: the values end with this RUN's shell and later steps do not see them",
+                    f"RUN only sets {', '.join(names)}: the values end with this RUN's shell "
+                    "and later steps do not see them",
                     stage=step.stage.label,
                 )
