@@ -90,3 +90,15 @@ def test_sdist_isolation_depends_on_pip_unless_pip_was_upgraded() -> None:
     assert [s for _, s, _ in plain] == ["info"] and "sdist has no pyproject.toml" in plain[0][2]
     assert [s for _, s, _ in upgraded] == ["error"]
     assert [s for _, s, _ in uv] == ["error"]
+
+
+def test_backslash_with_trailing_blanks_continues_like_buildkit() -> None:
+    df = "FROM python:3.11-slim\nRUN pip install --no-cache-dir numpy \\ \n    requests\nUSER 1:1\n"
+    from torchkiln.lint.model import parse_dockerfile
+    from torchkiln.lint.shell import commands
+
+    d = parse_dockerfile(df)
+    run = next(i for i in d.instructions() if i.keyword == "RUN")
+    sn = d.snippet(run)
+    assert sn is not None
+    assert [c.argv for c in commands(sn)] == [("pip", "install", "--no-cache-dir", "numpy", "requests")]

@@ -237,7 +237,8 @@ class Dockerfile:
             stripped = raw.strip()
             if n > ins.line and (not stripped or stripped.startswith("#")):
                 continue  # BuildKit drops comment and empty lines inside a continuation
-            kept.append(raw)
+            # BuildKit takes `\` followed only by blanks at the end of a line as a continuation too
+            kept.append(re.sub(r"\\[ \t]+$", "\\\\", raw))
             nums.append(n)
         skip = 1 + len(ins.flags) + (1 if ins.keyword == "ONBUILD" else 0)
         return Snippet("\n".join(kept), tuple(nums), ins, skip, joined=True)

@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import Context, Step
 from torchkiln.lint.rules import Hit, _stage_label, image_tag, rule
-from torchkiln.lint.shell import Command, swallowing_comments
+from torchkiln.lint.shell import Command, commands, swallowing_comments
 
 # ---------------------------------------------------------------------------------------------
 # KL030: a comment inside a continued RUN swallows the lines after it
@@ -443,3 +443,41 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
                     "and later steps do not see them",
                     stage=step.stage.label,
                 )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL036: a second command run together with the first (a missing `&&`)
+
+_TOOLS = frozenset({"pip", "pip3", "apt-get", "apt", "conda", "mamba", "micromamba", "uv", "git", "yum", "dnf", "apk"})
+_VERBS = frozenset({"install", "uninstall", "clone", "update", "upgrade", "add", "sync"})
+
+
+@rule(
+    "KL036",
+    "missing-command-separator",
+    "error",
+    "Two commands run together: a tool and its verb appear inside another command's arguments",
+    why=(
+        "A line continuation without `&&` (or `;`) between two commands makes the second one "
+        "arguments of the first: `pip install numpy \\\\ pip install torch` asks pip for packages named "
+        "'pip', 'install' and 'torch', and `apt-get install -y git \\\\ git clone URL` installs a "
+        "package named 'clone'. The build may even succeed, without the step that was meant."
+    ),
+    source="POSIX shell 'Lists' (commands are separated by ;, &&, || or newlines); Dockerfile reference 'Format'",
+    fix="Put `&&` (or `;`) at the end of the line before the second command.",
+    applies_to=("dockerfile", "script", "apptainer"),
+)
+def missing_separator(ctx: Context) -> Iterator[Hit]:
+    for sn in ctx.snippets:
+        for cmd in commands(sn):
+            argv = cmd.argv
+            if len(argv) < 4 or cmd.name not in _TOOLS:
+                continue
+            for i in range(2, len(argv) - 1):
+                if argv[i] in _TOOLS and argv[i + 1] in _VERBS and not cmd.words[i].quoted:
+                    yield Hit(
+                        sn.file_line(cmd.words[i].index),
+                        f"`{argv[i]} {argv[i + 1]}` is part of the arguments of `{' '.join(argv[:2])}` "
+                        f"(line {cmd.line}): a `&&` is missing before it, so it never runs as a command",
+                    )
+                    break
