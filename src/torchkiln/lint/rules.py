@@ -2061,6 +2061,13 @@ def shell_syntax(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
     for ins in ctx.df.instructions():
+        if ins.keyword in ("COPY", "ADD") and not ins.heredocs and len(ins.args) < 2:
+            yield Hit(
+                ins.line,
+                f"{ins.keyword} {' '.join(ins.args)} names no destination; docker build stops with "
+                f"'{ins.keyword} requires at least two arguments'",
+                fix="Add the destination (`COPY Pipfile.lock .`).",
+            )
         if ins.keyword in ("ENV", "ARG", "LABEL"):
             raw: list[tuple[str, str | None]]
             if ins.keyword == "ARG":
