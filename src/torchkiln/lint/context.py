@@ -241,7 +241,7 @@ def installs_torch(inst: Install) -> TorchState:
     names = inst.names
     if names & TORCH_FAMILY or "pytorch" in names:
         return "yes"
-    if inst.has("--requirement", "--file") or inst.sub in ("sync", "create") or inst.tool == "conda":
+    if inst.has("--requirement", "--file") or inst.sub in ("sync", "create") or inst.tool in ("conda", "poetry"):
         return "unknown"
     if any(r.kind in ("path", "unknown") for r in inst.reqs):
         return "unknown"

@@ -268,6 +268,8 @@ class _Cache:
 _CACHES = {
     "pip": _Cache("--no-cache-dir", "PIP_NO_CACHE_DIR", "PIP_CACHE_DIR", "/root/.cache/pip"),
     "uv": _Cache("--no-cache", "UV_NO_CACHE", "UV_CACHE_DIR", "/root/.cache/uv"),
+    # Poetry: the global option --no-cache (Poetry 1.2+) turns its caches off for the command
+    "poetry": _Cache("--no-cache", "POETRY_NO_CACHE", "POETRY_CACHE_DIR", "/root/.cache/pypoetry"),
 }
 
 
@@ -340,11 +342,13 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
     assert ctx.df is not None
     for step in _final_steps(ctx):
         for inst in step.installs:
-            if inst.tool not in ("pip", "uv") or inst.sub == "download" or _cache_ok(inst, step):
+            if inst.tool not in ("pip", "uv", "poetry") or inst.sub == "download" or _cache_ok(inst, step):
                 continue
             if inst.tool == "pip" and _pip_config_disables_cache(ctx, step, inst):
                 continue
             if inst.tool == "pip" and _downloads_nothing_cached(inst):
+                continue
+            if inst.tool == "poetry" and _poetry_deps_already_installed(ctx, step, inst):
                 continue
             tool, cache = _tool_label(inst), _CACHES[inst.tool]
             fix = f"Add --mount=type=cache,target={cache.default_dir} to this RUN (or pass {cache.no_cache_flag})."
@@ -410,6 +414,21 @@ def _uv_copies(inst: Install, step: Step) -> bool:
     env = {**inst.env, **inst.command.assigned()}
     mode = (inst.values("--link-mode") or (env.get("UV_LINK_MODE") or "",))[-1]
     return (mode or "").strip("\"'").lower() == "copy"
+
+
+def _poetry_deps_already_installed(ctx: Context, step: Step, inst: Install) -> bool:
+    """`poetry install` after an earlier `poetry install --no-root` in the stage chain: the
+    dependencies came (and were cached) then; this one adds only the project itself."""
+    assert ctx.df is not None
+    if inst.sub != "install" or inst.has("--no-root"):
+        return False
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    return any(
+        other.tool == "poetry" and other.sub == "install" and other.has("--no-root")
+        for st in ctx.steps
+        if st.stage.index in chain and st.ins.line < step.ins.line
+        for other in st.installs
+    )
 
 
 def _downloads_nothing_cached(inst: Install) -> bool:

@@ -409,7 +409,7 @@ def _wheel_name(url: str) -> str | None:
     return canonicalize_name(base.split("-", 1)[0]) if "-" in base else None
 
 
-InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py", "dnf", "apk"]
+InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py", "dnf", "apk", "poetry"]
 
 # pip / uv options that take a value (long names; short ones are mapped first)
 _VALUE_OPTS = frozenset(
@@ -492,6 +492,11 @@ def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
                 opts.setdefault("--no-cache-dir", opts.pop("--no-cache"))
             return Install("pip", argv[1], cmd, opts, _reqs(opts, pos), env)
         return None
+    if prog == "poetry" and len(argv) >= 2 and argv[1] in ("install", "add", "sync", "update"):
+        # Poetry downloads into its own cache (~/.cache/pypoetry) and copies into the environment
+        opts, pos = _opts(argv[2:])
+        reqs = _reqs(opts, pos) if argv[1] == "add" else ()
+        return Install("poetry", argv[1], cmd, opts, reqs, env)
     if prog == "mim" and len(argv) >= 2 and argv[1] == "install":
         # OpenMMLab's `mim install` runs `pip install` with the same arguments (plus a find-links)
         opts, pos = _opts(argv[2:])
