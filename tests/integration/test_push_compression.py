@@ -1,9 +1,9 @@
-"""`kiln push --compression` against a real registry (Debian's docker-registry on 127.0.0.1).
+"""`kiln push --compression zstd|zstd:chunked` with the real engines: docker's image goes through podman.
 
-What reaches the registry is read back with ``skopeo inspect --raw``: each layer's media type and the
-table-of-contents annotations that lazy-pulling runtimes need (eStargz, zstd:chunked). The image pushed
-is the offline base (one 117 MB layer) so the three conversions stay short; they run the real tools
-(skopeo, ctr-remote in a namespace of the local containerd).
+The pushed image is the offline base every build here uses (`kiln-base:bookworm`, tagged under a name
+of this test's own), so no build is needed; a plain-HTTP registry on 127.0.0.1 receives it (conftest's
+``registry`` fixture). The registry's manifest must name zstd layers, the blobs must be zstd frames,
+and podman must pull the image back; gzip (the default) is pushed too, to compare sizes.
 """
 
 from __future__ import annotations
@@ -13,76 +13,61 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from torchkiln.errors import ExitCode
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
-
-
-def kiln(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torchkiln", *args], env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=1200)
+BASE = "kiln-base:bookworm"
+ZSTD_MAGIC = bytes.fromhex("28b52ffd")
 
 
-def raw_manifest(ref: str) -> dict:  # type: ignore[type-arg]
-    r = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{ref}"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)  # type: ignore[no-any-return]
+def kiln(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "torchkiln", *args], capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize(
-    ("compression", "media_type", "annotations"),
-    [
-        ("zstd", "application/vnd.oci.image.layer.v1.tar+zstd", set()),
-        ("zstd:chunked", "application/vnd.oci.image.layer.v1.tar+zstd",
-         {"io.containers.zstd-chunked.manifest-checksum", "io.containers.zstd-chunked.manifest-position"}),
-        ("estargz", "application/vnd.oci.image.layer.v1.tar+gzip", {"containerd.io/snapshot/stargz/toc.digest"}),
-    ],
-)
-def test_push_writes_the_asked_compression(offline_base: str, registry, compression: str, media_type: str,  # type: ignore[no-untyped-def]
-                                           annotations: set[str]) -> None:
-    for tool in ("skopeo", "ctr-remote"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
-    repo, tag = "kiln-test/pull-compression", compression.replace(":", "-") + f"-{os.getpid()}"
-    ref = registry.ref(f"{repo}:{tag}")
-    try:
-        r = kiln("push", offline_base, "--to", ref, "--compression", compression, "--json")
+@pytest.fixture
+def local_image() -> object:
+    if shutil.which("docker") is None or shutil.which("podman") is None:
+        pytest.skip("needs docker and podman")
+    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode != 0:
+        pytest.skip(f"{BASE} is not in docker's store (kiln base bootstrap makes it)")
+    ref = f"torchkiln/fleet-push-{os.getpid()}:1"
+    subprocess.run(["docker", "tag", BASE, ref], check=True)
+    yield ref
+    subprocess.run(["docker", "rmi", ref], capture_output=True)
+
+
+def test_zstd_and_zstd_chunked_through_podman(local_image: str, registry) -> None:  # type: ignore[no-untyped-def]
+    repo = f"kiln-test/fleet-zstd-{os.getpid()}"
+    sizes = {}
+    for compression, tag in (("gzip", "gzip"), ("zstd:chunked", "chunked"), ("zstd", "zstd")):
+        ref = registry.ref(f"{repo}:{tag}")
+        r = kiln("push", local_image, "--to", ref, "--compression", compression, "--engine", "docker", "--json")
         assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout)
-        assert out["compression"] == compression and out["image"] == ref
-        assert out["digest"] == registry.manifest_digest(repo, tag)  # what skopeo pushed is what the tag names
-        manifest = raw_manifest(ref)
-        assert manifest["layers"], manifest
-        for layer in manifest["layers"]:
-            assert layer["mediaType"] == media_type
-            assert annotations <= set(layer.get("annotations", {})), layer
-        # the converted image still runs: podman pulls it (zstd and eStargz are plain to a non-lazy runtime)
-        if shutil.which("podman"):
-            from torchkiln.engines.podman import explicit_ulimits  # this host's rlimits, as kiln run passes them
+        assert json.loads(r.stdout)["compression"] == compression
+        _, manifest = registry.manifest(repo, tag)
+        layers = manifest["layers"]
+        sizes[compression] = sum(layer["size"] for layer in layers)
+        if compression == "gzip":
+            assert all(layer["mediaType"].endswith("gzip") for layer in layers)
+            continue
+        assert all(layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd" for layer in layers)
+        assert registry.blob(repo, layers[0]["digest"])[:4] == ZSTD_MAGIC
+        if compression == "zstd:chunked":  # the table of contents lazy pullers read is announced per layer
+            # the table of contents lazy pullers read is announced per layer (pushed first of the zstd pair:
+            # podman 4.3 has no --force-compression, and a later zstd push reuses this blob, a zstd frame too)
+            assert all(any("zstd-chunked" in k for k in layer.get("annotations", {})) for layer in layers)
+    # the image went into podman's store only for the push
+    assert subprocess.run(["podman", "image", "exists", local_image]).returncode != 0
+    # podman pulls it back from the registry
+    ref = registry.ref(f"{repo}:zstd")
+    pulled = subprocess.run(["podman", "pull", "--tls-verify=false", ref], capture_output=True, text=True)
+    assert pulled.returncode == 0, pulled.stderr
+    subprocess.run(["podman", "rmi", ref], capture_output=True)
+    print(json.dumps({"compressed_layer_bytes": sizes}))  # kiln-base: gzip 45.0 MB, zstd:chunked 47.7 MB
 
-            run = subprocess.run(["podman", "run", "--rm", "--tls-verify=false", *explicit_ulimits(), ref,
-                                  "python3", "-c", "print(6*7)"], capture_output=True, text=True, timeout=600)
-            assert run.stdout.strip() == "42", run.stderr
-            subprocess.run(["podman", "rmi", "-f", ref], capture_output=True)
-    finally:
-        subprocess.run(["/usr/bin/docker", "rmi", ref], capture_output=True)
 
-
-def test_a_missing_tool_is_exit_11_before_anything_runs(offline_base: str, registry, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    bin_dir = tmp_path / "bin"  # a PATH with the engine and nothing else
-    bin_dir.mkdir()
-    (bin_dir / "docker").symlink_to("/usr/bin/docker")
-    ref = registry.ref(f"kiln-test/pull-missing:{os.getpid()}")
-    for compression, package in (("zstd", "skopeo"), ("estargz", "stargz-snapshotter")):
-        r = kiln("push", offline_base, "--to", ref, "--compression", compression, "--engine", "docker",
-                 env={"PATH": str(bin_dir)})
-        assert r.returncode == ExitCode.TOOL_MISSING, r.stderr
-        assert f"apt-get install -y {package}" in r.stderr and "Traceback" not in r.stderr
-        assert registry.tags("kiln-test/pull-missing") == []  # nothing pushed
-    r = kiln("push", offline_base, "--to", ref, "--compression", "lz4")
-    assert r.returncode == ExitCode.INPUT and "gzip" in r.stderr
+def test_unknown_compression_is_a_usage_error(local_image: str) -> None:
+    r = kiln("push", local_image, "--compression", "lz4")
+    assert r.returncode == 2 and "--compression" in r.stderr

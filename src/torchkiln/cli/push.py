@@ -37,26 +37,25 @@ def push_cmd(
         typer.Option("--to", help="Tag the image with this reference first and push that (HOST:PORT/NAME:TAG).",
                      show_default=False),
     ] = None,
+    target: Annotated[Target, typer.Option("--target", help="With a spec: which image, runtime or dev.")] = "runtime",
     compression: Annotated[
         str,
-        typer.Option("--compression", help="Layer compression: gzip (every runtime reads it), zstd, zstd:chunked "
-                                           "(podman, or skopeo for docker's images) or estargz (lazy pulling; "
-                                           "ctr-remote then skopeo).", case_sensitive=False),
+        typer.Option("--compression", help="Layer compression: gzip (every runtime reads it), zstd or zstd:chunked "
+                     "(smaller and faster to unpack; zstd:chunked also lets podman/CRI-O pull only the files they "
+                     "lack). zstd pushes through podman, which must be installed. estargz: lazy pulling with the stargz "
+                     "snapshotter (ctr-remote converts, skopeo pushes)."),
     ] = "gzip",
-    target: Annotated[Target, typer.Option("--target", help="With a spec: which image, runtime or dev.")] = "runtime",
     engine_name: EngineOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Push an image (or a spec's built image) to its registry, with the engine's own login."""
-    engine = require_store(get_engine(engine_name, make_runner()), "push an image by tag",
-                           "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
     from torchkiln.engines.compress import COMPRESSIONS, check_tools
 
-    compression = compression.lower()
     if compression not in COMPRESSIONS:
-        raise InputError(f"--compression {compression!r} is not one of {', '.join(COMPRESSIONS)}.",
-                         hint="Use --compression gzip (the default), zstd, zstd:chunked or estargz.")
-    check_tools(engine.name, compression)  # before the slow save and push
+        raise typer.BadParameter(f"{compression!r} is not one of {', '.join(COMPRESSIONS)}", param_hint="--compression")
+    engine = require_store(get_engine(engine_name, make_runner()), "push an image by tag",
+                           "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
+    check_tools(engine.name, compression)  # before the slow save and push (exit 11)
     source = image
     if _is_spec(image):
         from torchkiln.contract import image_ref
@@ -72,7 +71,7 @@ def push_cmd(
     ref = to or source
     if to:
         engine.tag(source, to)
-    digest = engine.push_compressed(ref, compression) if compression != "gzip" else engine.push(ref)
+    digest = engine.push(ref, compression)
     if json:
         print_json({"image": ref, "source": source, "digest": digest, "compression": compression,
                     "engine": engine.info.to_dict()})

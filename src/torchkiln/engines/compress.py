@@ -3,19 +3,18 @@
 ``kiln push --compression`` goes through existing tools only; which tool depends on the engine,
 and that choice lives here:
 
-============== ========================================== ==============================================
-compression    podman                                     docker
-============== ========================================== ==============================================
-gzip           ``podman push``                            ``docker push``
-zstd           ``podman push --compression-format zstd``  ``docker save`` → ``skopeo copy docker-archive:…
-                                                          docker://REF --dest-compress-format zstd``
-estargz,       ``save`` → ``ctr-remote images import`` → ``ctr-remote images convert --estargz|--zstdchunked
-zstd:chunked   --oci`` → ``ctr-remote images export`` → ``skopeo copy oci-archive:… docker://REF`` (blobs kept)
-============== ========================================== ==============================================
+============== ============================================ ============================================
+compression    podman                                       docker
+============== ============================================ ============================================
+gzip           ``podman push``                              ``docker push``
+zstd,          ``podman push --compression-format F``       ``docker save | podman load``, then the same
+zstd:chunked   (``engines/podman.py``: ``push_compressed``) (the copy removed from podman afterwards)
+estargz        ``save`` → ``ctr-remote images import`` → ``ctr-remote images convert --estargz --oci``
+               → ``ctr-remote images export`` → ``skopeo copy oci-archive:… docker://REF`` (blobs kept)
+============== ============================================ ============================================
 
-zstd:chunked goes through ctr-remote on both engines: Debian's skopeo 1.9 and podman 4.3 accept
-``zstd:chunked`` but write plain zstd layers without the table of contents (measured: the same
-manifest digest as ``zstd``), which a lazy-pulling runtime cannot use.
+eStargz keeps gzip (a runtime without the stargz snapshotter reads it as usual) and announces each
+layer's table of contents in the manifest (``containerd.io/snapshot/stargz/toc.digest``).
 
 skopeo and podman read the engine's stored login (``~/.docker/config.json``, ``auth.json``) and the
 registry CAs under ``/etc/docker/certs.d`` / ``/etc/containers/certs.d``: torchkiln passes no
@@ -44,9 +43,9 @@ Compression = Literal["gzip", "zstd", "zstd:chunked", "estargz"]
 COMPRESSIONS: tuple[str, ...] = get_args(Compression)
 
 #: the Debian package that ships each tool
-PACKAGES = {"skopeo": "skopeo", "ctr-remote": "stargz-snapshotter"}
+PACKAGES = {"skopeo": "skopeo", "ctr-remote": "stargz-snapshotter", "podman": "podman"}
 #: ctr-remote's convert flag for each format it writes (stargz-snapshotter's converters)
-CONVERT_FLAGS = {"estargz": "--estargz", "zstd:chunked": "--zstdchunked"}
+CONVERT_FLAGS = {"estargz": "--estargz"}
 
 
 #: containerd's sockets (where ctr-remote converts): its own service's, then the one dockerd started
@@ -63,11 +62,11 @@ def containerd_address(env: Mapping[str, str] | None = None) -> str:
 
 def required_tools(engine: str, compression: str) -> tuple[str, ...]:
     """The programs besides the engine that a push of ``engine``'s image with ``compression`` runs."""
-    if compression == "gzip" or (engine == "podman" and compression == "zstd"):
+    if compression == "gzip" or (engine == "podman" and compression in ("zstd", "zstd:chunked")):
         return ()
     if compression in CONVERT_FLAGS:
         return ("ctr-remote", "skopeo")
-    return ("skopeo",)
+    return ("podman",)  # docker's image is loaded into podman, which pushes zstd (engines/podman.py)
 
 
 def check_tools(engine: str, compression: str, env: Mapping[str, str] | None = None) -> None:
@@ -131,15 +130,6 @@ def skopeo_copy(runner: Runner, engine: str, source: str, ref: str, extra: list[
         install_hint="apt-get install -y skopeo",
     )
     return digest_file.read_text().strip() if digest_file.is_file() else ""
-
-
-def push_via_skopeo(runner: Runner, engine: str, binary: str, image: str, ref: str, fmt: str) -> str:
-    """Save ``image`` from the engine, then let skopeo recompress its layers with ``fmt`` and push them."""
-    with _workdir() as work:
-        archive = work / "image.tar"
-        runner.run([binary, "save", "-o", str(archive), image], what=f"{engine} save {image}")
-        return skopeo_copy(runner, engine, f"docker-archive:{archive}", ref,
-                           ["--dest-compress-format", fmt], work)
 
 
 def push_converted(runner: Runner, engine: str, binary: str, image: str, ref: str, compression: str,

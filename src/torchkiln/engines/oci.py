@@ -36,7 +36,6 @@ from torchkiln.engines.engine import (
     build_failure,
     pushed_digest,
     registry_failure,
-    registry_of,
 )
 from torchkiln.errors import InputError
 from torchkiln.runner import ErrorFactory, Runner
@@ -271,13 +270,24 @@ class OciEngine(Engine):
     def tag(self, source: str, ref: str) -> None:
         self.runner.run([self.info.binary, "tag", source, ref], what=f"{self.name} tag")
 
-    def push(self, image: str) -> str:
+    def push(self, image: str, compression: str = "gzip") -> str:
         """Push ``image`` with the engine's own login; returns the pushed manifest's digest ("" if unknown).
 
         The registry keeps blobs but no tag from a push that failed part-way, so the tag either
         names the whole image or (as before) nothing new. Credentials are never passed here: the
-        engine reads what ``docker login`` / ``podman login`` stored.
+        engine reads what ``docker login`` / ``podman login`` stored. ``compression`` other than gzip
+        (zstd, zstd:chunked) goes through podman (``engines.podman.push_compressed``); estargz through
+        ctr-remote and skopeo (``engines.compress.push_converted``).
         """
+        if compression == "estargz":
+            from torchkiln.engines import compress
+
+            compress.check_tools(self.name, compression)
+            return compress.push_converted(self.runner, self.name, self.info.binary, image, image, compression)
+        if compression != "gzip":
+            from torchkiln.engines.podman import push_compressed
+
+            return push_compressed(self, image, compression)
         r = self.runner.run(
             [self.info.binary, "push", image],
             what=f"{self.name} push {image}",
@@ -285,28 +295,6 @@ class OciEngine(Engine):
             classify=lambda result: registry_failure(self.name, image, result),
         )
         return pushed_digest(r.output)
-
-    def push_compressed(self, image: str, compression: str) -> str:
-        """Push ``image`` with its layers compressed as ``compression`` (see ``engines/compress.py``):
-        podman recompresses zstd itself; docker's images go through ``skopeo``; eStargz and
-        zstd:chunked through ``ctr-remote``. Returns the pushed manifest's digest ("" if unknown)."""
-        from torchkiln.engines import compress
-
-        compress.check_tools(self.name, compression)
-        if compression == "gzip":
-            return self.push(image)
-        if compression in compress.CONVERT_FLAGS:
-            return compress.push_converted(self.runner, self.name, self.info.binary, image, image, compression)
-        if self.name == "podman":
-            r = self.runner.run(
-                [self.info.binary, "push", "--compression-format", compression,
-                 *(["--tls-verify=false"] if compress.is_loopback(registry_of(image)) else []), image],
-                what=f"{self.name} push {image}",
-                hint=f"Check the registry part of {image} and the engine's login ({self.name} login REGISTRY).",
-                classify=lambda result: registry_failure(self.name, image, result),
-            )
-            return pushed_digest(r.output)
-        return compress.push_via_skopeo(self.runner, self.name, self.info.binary, image, image, compression)
 
     def import_tar(self, tarball: Path, ref: str, *, changes: Sequence[str] = ()) -> str:
         """Import a root-filesystem tarball as image ``ref``; returns its id."""

@@ -101,13 +101,15 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
         "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).",
         "# torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed",
+        *([f"# torch's fat binaries keep only the device code of {', '.join(plan.prune.targets)}"
+           " (kiln prune; [gpu] prune = false keeps them whole)"] if plan.prune else []),
         "# Every file this step writes gets the time SOURCE_DATE_EPOCH (render/reproducible.py): the venv's files",
         "# and .pyc come out identical, times included, from two builds with no shared cache",
         "FROM base AS torch",
         reproducible.ARG,
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
-             *([ext.torch_wheel_mount()] if built else [])],
+             *([ext.torch_wheel_mount()] if built else []), *([ins.bind("prune")] if plan.prune else [])],
             [
                 ". /kiln/sources.sh",
                 f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
@@ -115,6 +117,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 f"{UV} venv --python {plan.python_exe} {VENV}",
                 f"{UV} pip install --python {py}{wheel}{require_hashes(plan)} -r /kiln/requirements-torch.txt",
                 ins.drop_torch_tests(plan),
+                *ins.prune_files(plan, ins.torch_folder(plan)),
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
                 f"rm -rf {TORCH_UV_CACHE}",
