@@ -42,8 +42,8 @@ def push_cmd(
         str,
         typer.Option("--compression", help="Layer compression: gzip (every runtime reads it), zstd or zstd:chunked "
                      "(smaller and faster to unpack; zstd:chunked also lets podman/CRI-O pull only the files they "
-                     "lack). zstd pushes through podman, which must be installed. estargz: lazy pulling with the stargz "
-                     "snapshotter (ctr-remote converts, skopeo pushes)."),
+                     "lack). zstd pushes through podman, which must be installed. estargz: lazy pulling with the "
+                     "stargz snapshotter (ctr-remote converts, skopeo pushes)."),
     ] = "gzip",
     engine_name: EngineOpt = None,
     json: JsonOpt = False,

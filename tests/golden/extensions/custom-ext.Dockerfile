@@ -17,7 +17,10 @@ ENV LANG=C.UTF-8 \
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
 # torch's fat binaries keep only the device code of 8.0, 9.0 (kiln prune; [gpu] prune = false keeps them whole)
+# Every file this step writes gets the time SOURCE_DATE_EPOCH (render/reproducible.py): the venv's files
+# and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -34,7 +37,10 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch'
+    && mkdir -p /root/.cache/uv \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && /opt/venv/bin/python -c 'import torch' \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
 # torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used by the builder stages and dev, never by the runtime
@@ -113,7 +119,7 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /tmp/kiln-installed.txt \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /tmp/kiln-installed.txt /kiln/ext-wheels/*.whl \
     && mkdir -p /opt/kiln-ext-layer \
-    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf - \
+    && find /opt/venv -newercc /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf - \
     && /opt/venv/bin/python -B /kiln/prune/prune.py --targets 8.0,9.0 --ptx /opt/kiln-ext-layer
 
 # dev: the toolchain stage (torch's own nvcc for CUDA, g++, Ninja, ccache) plus the packages, git,

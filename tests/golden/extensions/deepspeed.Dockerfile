@@ -22,7 +22,10 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
 # torch's fat binaries keep only the device code of 8.0, 9.0 (kiln prune; [gpu] prune = false keeps them whole)
+# Every file this step writes gets the time SOURCE_DATE_EPOCH (render/reproducible.py): the venv's files
+# and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -39,13 +42,17 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch'
+    && mkdir -p /root/.cache/uv \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && /opt/venv/bin/python -c 'import torch' \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 
 # packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the
 # spec's order, each a layer of the runtime (a package added at the end reuses the layers before it), then
 # all of them at once, which keeps the venv one consistent resolution
 FROM torch AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -53,8 +60,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     . /kiln/sources.sh \
-    && touch /tmp/kiln-mark \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt transformers==4.57.3
+    && touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt transformers==4.57.3 \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -63,13 +71,14 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 
 # packages-layer: only the files the packages stage added, collected for the dev stage to copy
 FROM packages AS packages-layer
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN mkdir -p /opt/kiln-layer \
-    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
+    && find /opt/venv -newercc /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-layer -xf -
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
 # torch's CUDA 12.8 from the runtime base's devel sibling, g++, Ninja and ccache; used by the builder stages and dev, never by the runtime
@@ -149,7 +158,7 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /tmp/kiln-installed.txt \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /tmp/kiln-installed.txt /kiln/ext-wheels/*.whl \
     && mkdir -p /opt/kiln-ext-layer \
-    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf - \
+    && find /opt/venv -newercc /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf - \
     && /opt/venv/bin/python -B /kiln/prune/prune.py --targets 8.0,9.0 --ptx /opt/kiln-ext-layer
 
 # dev: the toolchain stage (torch's own nvcc for CUDA, g++, Ninja, ccache) plus the packages, git,

@@ -84,7 +84,10 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
 # torch's fat binaries keep only the device code of 9.0 (kiln prune; [gpu] prune = false keeps them whole)
+# Every file this step writes gets the time SOURCE_DATE_EPOCH (render/reproducible.py): the venv's files
+# and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -102,7 +105,10 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && /opt/venv/bin/python -c 'import torch'
+    && mkdir -p /root/.cache/uv \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && /opt/venv/bin/python -c 'import torch' \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
 # torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used by the dev stage, never by the runtime
