@@ -39,17 +39,26 @@ def lock_cmd(
     sources_from_pip: Annotated[
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
     ] = False,
+    no_knowledge_update: Annotated[
+        bool, typer.Option("--no-knowledge-update", help="Skip the `kiln knowledge update` step (learning torch "
+                                                        "releases the built-in rows lack from the indexes).")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Pin every input of the spec's build in kiln.lock beside it: the base image's digest and every
     wheel (name, version, URL, sha256) of torch, its companions, the packages and the extension build
     inputs, for the spec's platform, resolved by uv. `kiln build --locked` then installs exactly that.
+    First it runs `kiln knowledge update` for the spec's indexes and platform (--no-knowledge-update skips it).
     """
     runner = make_runner()
     flags = layer_from_flags(index_url=index_url, extra_index_urls=extra_index_url or (), find_links=find_links or (),
                              torch_index=torch_index, ca_bundle=ca_bundle, network=None,
                              index_strategy=index_strategy, cwd=Path.cwd())
     engine = get_engine(engine_name, runner)
+    if not no_knowledge_update:  # lock is online anyway: a torch release newer than the rows resolves then
+        from torchkiln.cli.knowledge import learn_before_lock
+
+        learn_before_lock(spec, flags, sources_from_pip, runner, json)
     _s, plan, spec_dir = load_plan(spec)
     sources = resolve_sources(plan.sources, spec_dir.resolve(), BuildOptions(flags=flags, from_pip=sources_from_pip),
                               runner)

@@ -421,3 +421,174 @@ def by_series(groups: Iterable[Group]) -> dict[str, list[Group]]:
 
 
 Log = Callable[[str], None]
+
+
+# -- learning what the knowledge base lacks -----------------------------------------------------------
+@dataclass
+class UpdateReport:
+    """What ``update_overlay`` read, learned and wrote."""
+
+    path: Path
+    indexes: list[str]
+    learned: list[Any]  # LearnedWheel
+    companions: list[Any]  # LearnedCompanion
+    notes: list[str]
+    written: bool
+    seconds: float = 0.0
+    transferred: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "overlay": str(self.path), "written": self.written, "indexes": self.indexes,
+            "learned": [w.model_dump() for w in self.learned],
+            "companions": [c.model_dump() for c in self.companions],
+            "notes": self.notes, "seconds": round(self.seconds, 1), "transferred_bytes": self.transferred,
+        }
+
+
+def _mask(url: str) -> str:
+    from torchkiln.redact import redact
+
+    return redact(url)
+
+
+def _known(kb: Any, g: Group) -> bool:
+    """Whether the knowledge base (built-in + overlay) already describes this group of wheels."""
+    if g.version not in kb.all_patches():
+        return False
+    if g.label == "":
+        return True
+    cuda = variant_cuda(g.label)
+    if cuda is None or cuda == "cpu":  # ROCm/XPU builds are not torchkiln's; every release has a CPU build
+        return True
+    rel = kb.release_of(g.version)
+    plat = rel.on(g.platform) if rel is not None else None
+    return plat is not None and cuda in plat.variants
+
+
+def update_overlay(
+    indexes: list[str],
+    *,
+    ca_bundle: str | None = None,
+    platforms: tuple[str, ...] = ("x86_64", "aarch64"),
+    reset: bool = False,
+    path: Path | None = None,
+    log: Log = lambda _line: None,
+) -> UpdateReport:
+    """Read ``indexes`` (URLs, ``file://`` URLs or folders) for torch wheels the knowledge base does not
+    describe, measure one wheel of each new (version, variant, platform), pair new releases with
+    their torchvision / torchaudio, and write the overlay. Raises ``SourceError`` when an index cannot
+    be read; nothing is written then.
+    """
+    from torchkiln.errors import SourceError
+    from torchkiln.knowledge import load_knowledge
+    from torchkiln.knowledge.overlay import (
+        LearnedCompanion,
+        LearnedWheel,
+        Overlay,
+        apply_overlay,
+        now,
+        overlay_path,
+        read_overlay,
+        write_overlay,
+    )
+
+    started = time.monotonic()
+    path = path or overlay_path()
+    overlay = Overlay() if reset else read_overlay(path)
+    builtin = load_knowledge()
+    kb = apply_overlay(builtin, overlay, path)
+    notes: list[str] = []
+    learned: list[LearnedWheel] = []
+    transferred = 0
+    stamp = now()
+    listings: dict[str, list[IndexFile]] = {}
+    for index in indexes:
+        try:
+            listings[index] = project_files(index, "torch", ca_bundle)
+        except IndexUnreachable as e:
+            raise SourceError(
+                f"cannot read the package index {_mask(index)} for torch's releases: {_mask(str(e))}.",
+                hint="Check the index URL and the network (or --ca-bundle for a private certificate); "
+                     "`kiln knowledge update` needs the indexes online. Nothing was written.",
+            ) from None
+        log(f"{_mask(index)}: {len(listings[index])} torch files")
+    seen: set[tuple[str, str, str]] = {(w.version, w.label, w.platform) for w in overlay.wheels}
+    for index, files in listings.items():
+        groups = torch_groups(files, _mask(index))
+        for key in sorted(groups, key=lambda k: (Version(k[0]), k[1], k[2])):
+            g = groups[key]
+            if g.platform not in platforms or key in seen or _known(kb, g):
+                continue
+            seen.add(key)
+            f = g.pick()
+            log(f"measuring {f.filename} ({_mask(index)})")
+            try:
+                m = measure_url(f.url, f.filename, f.size, ca_bundle)
+            except (OSError, zipfile.BadZipFile, ValueError) as e:
+                raise SourceError(f"cannot measure {_mask(f.url)}: {_mask(str(e))}.",
+                                  hint="Check that the index serves the wheel and answers HTTP range requests; "
+                                       "nothing was written.") from None
+            transferred += m.transferred
+            cuda = m.cuda or "cpu"
+            want = variant_cuda(g.label)
+            if want is not None and want != cuda:
+                notes.append(f"{f.filename}: its label says {want} but torch/version.py says {cuda}; "
+                             "recorded as measured")
+            if m.cuda and m.machine != g.platform:
+                notes.append(f"{f.filename}: libtorch_cuda.so is built for {m.machine}, not {g.platform}; skipped")
+                continue
+            learned.append(LearnedWheel(
+                version=g.version, platform=g.platform, label=g.label, cuda=cuda, index=_mask(index),  # type: ignore[arg-type]
+                python=g.pythons, python_freethreaded=g.freethreaded, arch_list=m.arch_list, extra=m.extra,
+                ptx=m.ptx, filename=f.filename, url=_mask(f.url), sha256=f.sha256, learned=stamp))
+            log(f"  {g.version}{'+' + g.label if g.label else ''} {g.platform}: "
+                f"{'cu' + cuda.replace('.', '') if cuda != 'cpu' else 'CPU build'}"
+                f"{' SASS ' + m.arch_list if m.arch_list else ''}; Python {', '.join(g.pythons)}"
+                f"{f' [{m.transferred / 1e6:.0f} MB read]' if m.transferred else ''}")
+    new = Overlay(format=1, updated=stamp, indexes=sorted({*overlay.indexes, *(_mask(i) for i in indexes)}),
+                  wheels=[*overlay.wheels, *learned], companions=list(overlay.companions))
+    kb = apply_overlay(builtin, new, path)
+    lacking = {(pkg, v) for v in kb.all_patches() for pkg in ("torchvision", "torchaudio")
+               if kb.companion(pkg, v) is None and not (pkg == "torchvision" and v in (kb.release_of(v).torchvision
+                                                                                       if kb.release_of(v) else {}))}
+    companions: list[LearnedCompanion] = []
+    if lacking:
+        for index in listings:
+            for pkg in ("torchvision", "torchaudio"):
+                if not any(p == pkg for p, _ in lacking):
+                    continue
+                try:
+                    files = project_files(index, pkg, ca_bundle)
+                except IndexUnreachable as e:
+                    notes.append(f"{_mask(index)}: {pkg} not read ({_mask(str(e))})")
+                    continue
+                known_versions = {c.version for c in kb.companions if c.package == pkg}
+                for (version, _label), f in sorted(companion_versions(files, "x86_64").items() or
+                                                   companion_versions(files, "aarch64").items(),
+                                                   key=lambda kv: (Version(kv[0][0]), kv[0][1])):
+                    if version in known_versions:
+                        continue
+                    try:
+                        torch = required_torch(f.url, f.size, ca_bundle)
+                    except (OSError, zipfile.BadZipFile) as e:
+                        notes.append(f"{f.filename}: METADATA not read ({_mask(str(e))})")
+                        continue
+                    torch = (torch or (version if pkg == "torchaudio" else "")).split("+")[0]
+                    if (pkg, torch) in lacking:
+                        lacking.discard((pkg, torch))
+                        known_versions.add(version)
+                        companions.append(LearnedCompanion(
+                            torch=torch, package=pkg, version=version, index=_mask(index),  # type: ignore[arg-type]
+                            filename=f.filename, url=_mask(f.url), sha256=f.sha256, learned=stamp))
+                        log(f"  {pkg} {version} goes with torch {torch} ({f.filename})")
+    for pkg, v in sorted(lacking):
+        if v in {w.version for w in new.wheels}:
+            notes.append(f"no {pkg} for torch {v} on these indexes: a plan asking for it is refused")
+    written = False
+    if learned or companions or reset:
+        new.companions.extend(companions)
+        write_overlay(new, path)
+        written = True
+    return UpdateReport(path=path, indexes=[_mask(i) for i in indexes], learned=learned, companions=companions,
+                        notes=notes, written=written, seconds=time.monotonic() - started, transferred=transferred)
