@@ -45,6 +45,7 @@ from torchkiln.knowledge.learn import (  # the measuring is the package's, share
     PYPI,
     WHEEL,
     Measured,
+    build_number,
     measure_local,
     measure_url,
     project_files,
@@ -127,6 +128,7 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         version = newest[(s, plat)]
         wheels = by[(version, plat)]
         pythons = sorted({python_of(WHEEL.match(w.filename).group("py")) for w in wheels}, key=Version)
+        wheels = sorted(wheels, key=lambda w: -build_number(w.filename))  # pip installs the highest build tag
         pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
         key = f"{pick.filename} sha256={pick.sha256}"
         if key in args.cached:

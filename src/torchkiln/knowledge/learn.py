@@ -39,7 +39,7 @@ from torchkiln.arch import Capability
 
 #: a torch wheel (or, for --installed, a library named like one)
 WHEEL = re.compile(
-    r"^torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
+    r"^torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?(?:-(?P<build>\d\w*))?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
     r"(?P<plat>manylinux\w*?_(?P<machine>x86_64|aarch64))\.(?:whl|so)$"
 )
 #: a companion wheel (torchvision, torchaudio) for Linux
@@ -365,7 +365,15 @@ class Group:
         """The wheel measured: cp311 where there is one (every release since 2.0 has it), else the first."""
         plain = [f for f in self.files if (m := WHEEL.match(f.filename)) and not m.group("abi").endswith("t")]
         pool = plain or self.files
+        # the highest build tag (a re-upload such as torch-2.10.0-3-...) is what pip installs
+        pool = sorted(pool, key=lambda f: -build_number(f.filename))
         return next((f for f in pool if "-cp311-cp311-" in f.filename), pool[0])
+
+
+def build_number(filename: str) -> int:
+    m = WHEEL.match(filename)
+    build = m.group("build") if m else None
+    return int(re.match(r"\d+", build).group()) if build else 0  # type: ignore[union-attr]
 
 
 def torch_groups(files: Iterable[IndexFile], index: str, oldest: str = "2.0") -> dict[tuple[str, str, str], Group]:
