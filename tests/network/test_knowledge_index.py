@@ -67,8 +67,8 @@ def test_python_versions_and_patches_agree_with_the_index(torch_files) -> None:
     problems = []
     for rel in kb.releases:
         for platform, plat in rel.platforms.items():
-            on_index = {v for (v, label, p) in groups if label == "" and p == platform and v.startswith(rel.series + ".")
-                        and ".".join(v.split(".")[:2]) == rel.series}
+            on_index = {v for (v, label, p) in groups
+                        if label == "" and p == platform and ".".join(v.split(".")[:2]) == rel.series}
             if not on_index:
                 continue
             missing = sorted(on_index - set(rel.patches), key=Version)

@@ -68,18 +68,23 @@ def _print_report(r: UpdateReport) -> None:
 def update_cmd(
     spec: Annotated[Path | None, typer.Argument(help="A kiln.toml whose [sources] to read (optional).",
                                                 show_default=False)] = None,
-    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
-    extra_index_url: Annotated[list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")] = None,
+    index_url: Annotated[
+        str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
+    extra_index_url: Annotated[
+        list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")] = None,
     find_links: Annotated[list[str] | None, typer.Option("--find-links", help="Wheel folder (repeatable).")] = None,
     torch_index: Annotated[list[str] | None, typer.Option(
-        "--torch-index", help="Index of a torch variant, e.g. https://download.pytorch.org/whl/cu130 (repeatable).")] = None,
+        "--torch-index",
+        help="Index of a torch variant, e.g. https://download.pytorch.org/whl/cu130 (repeatable).")] = None,
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     sources_from_pip: Annotated[
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
     ] = False,
     platform: Annotated[list[str] | None, typer.Option(
-        "--platform", help="Only this platform's wheels: linux/amd64 or linux/arm64 (repeatable; default both).")] = None,
-    reset: Annotated[bool, typer.Option("--reset", help="Start a new overlay (drops what was learned before).")] = False,
+        "--platform",
+        help="Only this platform's wheels: linux/amd64 or linux/arm64 (repeatable; default both).")] = None,
+    reset: Annotated[
+        bool, typer.Option("--reset", help="Start a new overlay (drops what was learned before).")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Read the configured package indexes for torch releases and variants torchkiln does not know, measure
@@ -93,7 +98,7 @@ def update_cmd(
     """
     plats = _platforms(platform)
     flags = layer_from_flags(index_url=index_url, extra_index_urls=extra_index_url or (), find_links=find_links or (),
-                             torch_index=(torch_index or [None])[0], ca_bundle=ca_bundle, cwd=Path.cwd())
+                             torch_index=torch_index[0] if torch_index else None, ca_bundle=ca_bundle, cwd=Path.cwd())
     spec_sources: Any = None
     spec_dir = Path.cwd()
     if spec is not None:
@@ -133,8 +138,8 @@ def show_cmd(json: JsonOpt = False) -> None:
         t.add_row(*(Text(x) for x in (f"{w.version}{'+' + w.label if w.label else ''}", w.platform, w.cuda,
                                       w.arch_list, ", ".join(w.python), f"{w.url} sha256={w.sha256}")))
     console.print(t)
-    for c in ov.companions:
-        console.print(Text(f"{c.package} {c.version} for torch {c.torch} — {c.url}"))
+    for comp in ov.companions:
+        console.print(Text(f"{comp.package} {comp.version} for torch {comp.torch} — {comp.url}"))
 
 
 def learn_before_lock(spec: Path, flags: Any, from_pip: bool, runner: Any, quiet: bool) -> None:

@@ -210,7 +210,7 @@ def _zip_of(url: str, size: int | None, ca_bundle: str | None, block: int) -> tu
     if path is not None:
         return zipfile.ZipFile(path), None
     raw = RangeFile(url, size if size is not None else remote_size(url, ca_bundle), block, ca_bundle)
-    return zipfile.ZipFile(io.BufferedReader(raw, 1 << 20)), raw  # type: ignore[arg-type]
+    return zipfile.ZipFile(io.BufferedReader(raw, 1 << 20)), raw
 
 
 def measure_url(url: str, filename: str, size: int | None = None, ca_bundle: str | None = None) -> Measured:
@@ -557,9 +557,13 @@ def update_overlay(
     new = Overlay(format=1, updated=stamp, indexes=sorted({*overlay.indexes, *(_mask(i) for i in indexes)}),
                   wheels=[*overlay.wheels, *learned], companions=list(overlay.companions))
     kb = apply_overlay(builtin, new, path)
+
+    def paired_by_row(pkg: str, v: str) -> bool:
+        rel = kb.release_of(v)
+        return pkg == "torchvision" and rel is not None and v in rel.torchvision
+
     lacking = {(pkg, v) for v in kb.all_patches() for pkg in ("torchvision", "torchaudio")
-               if kb.companion(pkg, v) is None and not (pkg == "torchvision" and v in (kb.release_of(v).torchvision
-                                                                                       if kb.release_of(v) else {}))}
+               if kb.companion(pkg, v) is None and not paired_by_row(pkg, v)}
     companions: list[LearnedCompanion] = []
     if lacking:
         for index in listings:
@@ -587,7 +591,7 @@ def update_overlay(
                         lacking.discard((pkg, torch))
                         known_versions.add(version)
                         companions.append(LearnedCompanion(
-                            torch=torch, package=pkg, version=version, index=_mask(index),  # type: ignore[arg-type]
+                            torch=torch, package=pkg, version=version, index=_mask(index),
                             filename=f.filename, url=_mask(f.url), sha256=f.sha256, learned=stamp))
                         log(f"  {pkg} {version} goes with torch {torch} ({f.filename})")
     for pkg, v in sorted(lacking):

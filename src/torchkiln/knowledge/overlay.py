@@ -77,7 +77,7 @@ class LearnedCompanion(BaseModel):
 class Overlay(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal[1] = FORMAT
+    format: Literal[1] = 1
     updated: str = ""
     indexes: list[str] = Field(default_factory=list)
     wheels: list[LearnedWheel] = Field(default_factory=list)
