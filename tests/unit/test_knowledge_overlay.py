@@ -298,3 +298,22 @@ def test_index_pages_are_read_as_pep503_folders(local_index: LocalIndex) -> None
     assert all(f.url.startswith("file://") and f.sha256 for f in files)
     assert project_files(str(local_index.root / "simple"), "no-such-project") == []
     assert os.path.exists(files[0].url.removeprefix("file://"))
+
+
+def test_lock_learns_from_the_specs_own_indexes_first(capsys, tmp_path: Path, cache: Path,
+                                                       local_index: LocalIndex) -> None:
+    from torchkiln.building.sources import SourceLayer
+    from torchkiln.cli.knowledge import learn_before_lock
+    from torchkiln.runner import Runner
+
+    spec = _spec(tmp_path, "2.99.0")
+    spec.write_text(spec.read_text() + f'\n[sources]\nindex_url = "{local_index.url}/simple/"\n')
+    learn_before_lock(spec, SourceLayer("flag"), False, Runner(), quiet=False)
+    assert "learned torch 2.99.0 x86_64" in capsys.readouterr().err
+    assert [(w.version, w.platform) for w in read_overlay().wheels] == [("2.99.0", "x86_64")]  # the spec's platform
+    assert run(capsys, "resolve", str(spec))[0] == 0
+    # an index that cannot be read is a warning there (uv's own resolution reports it), not an error
+    bad = _spec(tmp_path, "2.14.1")
+    bad.write_text(bad.read_text() + '\n[sources]\nindex_url = "http://127.0.0.1:9/simple/"\n')
+    learn_before_lock(bad, SourceLayer("flag"), False, Runner(), quiet=False)
+    assert "knowledge not updated" in capsys.readouterr().err
