@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchkiln.errors import SpecError
-from torchkiln.knowledge.overlay import current_knowledge
+# the built-in rows plus the local overlay that `kiln knowledge update` writes (torchkiln.knowledge.overlay)
+from torchkiln.knowledge.overlay import current_knowledge as load_knowledge
 from torchkiln.matrix import ResolvedCell, cell_tags, expand, resolve_matrix
 from torchkiln.plan import BuildPlan
 from torchkiln.resolve import resolve
@@ -74,7 +75,7 @@ def load_plan(path: Path, *, facts: FactsReader | None = None,
     read = None
     if spec.torch.source == "image":
         read = (facts or image_facts)(spec.base.image)
-    return spec, resolve(spec, current_knowledge(), read), p.parent
+    return spec, resolve(spec, load_knowledge(), read), p.parent
 
 
 def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:
@@ -92,4 +93,4 @@ def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:
                  '`python = ["3.11", "3.12"]` under [matrix].',
         )
     cells = expand(spec, origin=str(p))
-    return spec, cell_tags(spec, resolve_matrix(cells, current_knowledge()), origin=str(p)), p.parent
+    return spec, cell_tags(spec, resolve_matrix(cells, load_knowledge()), origin=str(p)), p.parent

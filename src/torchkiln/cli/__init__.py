@@ -71,12 +71,12 @@ COMMAND_MODULES = (
     "build",
     "push",
     "lock",
+    "knowledge",
     "run",
     "base",
     "inspect",
     "export",
     "verify",
-    "knowledge",
 )
 
 

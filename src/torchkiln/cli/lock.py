@@ -30,6 +30,10 @@ def lock_cmd(
         str | None, typer.Option("--base", help="Lock this base image instead of the plan's (as kiln build --base).")
     ] = None,
     engine_name: EngineOpt = None,
+    no_knowledge_update: Annotated[
+        bool, typer.Option("--no-knowledge-update", help="Skip the `kiln knowledge update` step (learning torch "
+                                                        "releases the built-in rows lack from the indexes).")
+    ] = False,
     index_url: Annotated[str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
     extra_index_url: Annotated[list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")] = None,
     find_links: Annotated[list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")] = None,
@@ -38,10 +42,6 @@ def lock_cmd(
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
     sources_from_pip: Annotated[
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
-    ] = False,
-    no_knowledge_update: Annotated[
-        bool, typer.Option("--no-knowledge-update", help="Skip the `kiln knowledge update` step (learning torch "
-                                                        "releases the built-in rows lack from the indexes).")
     ] = False,
     json: JsonOpt = False,
 ) -> None:
