@@ -35,6 +35,12 @@ from torchkiln.plan import (
     TorchBuildPlan,
     TorchPlan,
 )
+from torchkiln.resolve.companions import (
+    companion_decisions,
+    companion_ideas,
+    companion_problems,
+    companion_requirements,
+)
 from torchkiln.resolve.ext import (
     _SUGGESTING,
     Patch,
@@ -46,12 +52,6 @@ from torchkiln.resolve.ext import (
     _patched,
     _Target,
     _targets,
-)
-from torchkiln.resolve.companions import (
-    companion_decisions,
-    companion_ideas,
-    companion_problems,
-    companion_requirements,
 )
 from torchkiln.spec import Spec
 
