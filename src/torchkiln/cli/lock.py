@@ -30,16 +30,16 @@ def lock_cmd(
         str | None, typer.Option("--base", help="Lock this base image instead of the plan's (as kiln build --base).")
     ] = None,
     engine_name: EngineOpt = None,
-    no_knowledge_update: Annotated[
-        bool, typer.Option("--no-knowledge-update", help="Skip the `kiln knowledge update` step (learning torch "
-                                                        "releases the built-in rows lack from the indexes).")
-    ] = False,
     index_url: Annotated[str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
     extra_index_url: Annotated[list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")] = None,
     find_links: Annotated[list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")] = None,
     torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
+    no_knowledge_update: Annotated[
+        bool, typer.Option("--no-knowledge-update", help="Skip the `kiln knowledge update` step (learning torch "
+                                                        "releases the built-in rows lack from the indexes).")
+    ] = False,
     sources_from_pip: Annotated[
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
     ] = False,
