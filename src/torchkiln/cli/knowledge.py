@@ -66,7 +66,7 @@ def _print_report(r: UpdateReport) -> None:
 
 @knowledge_app.command("update")
 def update_cmd(
-    spec: Annotated[Path | None, typer.Argument(help="A kiln.toml whose [sources] to read (optional).",
+    spec: Annotated[Path | None, typer.Argument(help="A kiln.toml whose \\[sources] to read (optional).",
                                                 show_default=False)] = None,
     index_url: Annotated[
         str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
@@ -87,13 +87,14 @@ def update_cmd(
         bool, typer.Option("--reset", help="Start a new overlay (drops what was learned before).")] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Read the configured package indexes for torch releases and variants torchkiln does not know, measure
-    one wheel of each with HTTP range reads (torch/version.py and libtorch_cuda.so's fat binaries: CUDA
-    version and compiled architectures; the index listing gives the Python versions), pair them with their
-    torchvision/torchaudio, and write the rows, each citing its wheel's URL and sha256, to the local
-    overlay in torchkiln's cache. `kiln resolve` and `kiln explain` then use them.
+    """Learn the torch releases and variants the built-in rows lack from the package indexes, into the local overlay.
 
-    Indexes: flags > KILN_* environment > the spec's [sources] > (with --sources-from-pip) pip's
+    One wheel of each new (version, variant, platform) is measured with HTTP range reads (torch/version.py and
+    libtorch_cuda.so's fat binaries: CUDA version and compiled architectures; the index listing gives the
+    Python versions) and paired with its torchvision/torchaudio; each row cites its wheel's URL and sha256.
+    `kiln resolve` and `kiln explain` then use them.
+
+    Indexes: flags > KILN_* environment > the spec's \\[sources] > (with --sources-from-pip) pip's
     configuration; the default index is PyPI when none is set. Exit 9 when an index cannot be read.
     """
     plats = _platforms(platform)

@@ -48,6 +48,7 @@ def lock_cmd(
     """Pin every input of the spec's build in kiln.lock beside it: the base image's digest and every
     wheel (name, version, URL, sha256) of torch, its companions, the packages and the extension build
     inputs, for the spec's platform, resolved by uv. `kiln build --locked` then installs exactly that.
+
     First it runs `kiln knowledge update` for the spec's indexes and platform (--no-knowledge-update skips it).
     """
     runner = make_runner()
