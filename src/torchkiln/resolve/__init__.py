@@ -395,7 +395,9 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
 def _knowledge_decisions(kb: Knowledge, version: str, cuda: str, host: str) -> list[Decision]:
     """Where the rows of this plan come from, when the local overlay supplied any of them."""
     if not kb.overlay:
-        return []
+        return [Decision("knowledge", "built-in rows", f"torchkiln's own rows (torch releases up to "
+                         f"{kb.all_patches()[0]}); there is no local overlay (`kiln knowledge update` learns newer "
+                         "releases from the package indexes into one)", "")]
     from torchkiln.knowledge.overlay import learned_from
 
     learned = learned_from(kb, version, cuda, host)
