@@ -317,3 +317,14 @@ def test_lock_learns_from_the_specs_own_indexes_first(capsys, tmp_path: Path, ca
     bad.write_text(bad.read_text() + '\n[sources]\nindex_url = "http://127.0.0.1:9/simple/"\n')
     learn_before_lock(bad, SourceLayer("flag"), False, Runner(), quiet=False)
     assert "knowledge not updated" in capsys.readouterr().err
+
+
+def test_local_folders_are_indexes_too(capsys, cache: Path, local_index: LocalIndex) -> None:
+    """A PEP 503 folder as the index and a plain wheel folder (find-links): read from disk, hashed here."""
+    code, out, err = run(capsys, "knowledge", "update", "--index-url", str(local_index.root / "simple"),
+                         "--find-links", str(local_index.root / "files"), "--platform", "linux/amd64", "--json")
+    assert code == 0, err
+    learned = {(w["version"], w["label"], w["url"].startswith("file://")): w for w in json.loads(out)["learned"]}
+    assert set(learned) == {("2.99.0", "", True), ("2.99.0", "cu126", True)}
+    for w in learned.values():
+        assert w["sha256"] == local_index.sha256[w["filename"]]

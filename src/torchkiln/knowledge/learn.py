@@ -460,6 +460,20 @@ def _mask(url: str) -> str:
     return redact(url)
 
 
+def _local_sha256(url: str) -> str:
+    """The sha256 of a wheel in a local folder (a find-links folder's listing has none); "" for a remote one."""
+    import hashlib
+
+    path = local_path(url)
+    if path is None or not path.is_file():
+        return ""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _known(kb: Any, g: Group) -> bool:
     """Whether the knowledge base (built-in + overlay) already describes this group of wheels."""
     if g.version not in kb.all_patches():
@@ -546,10 +560,11 @@ def update_overlay(
             if m.cuda and m.machine != g.platform:
                 notes.append(f"{f.filename}: libtorch_cuda.so is built for {m.machine}, not {g.platform}; skipped")
                 continue
+            sha = f.sha256 or _local_sha256(f.url)
             learned.append(LearnedWheel(
                 version=g.version, platform=g.platform, label=g.label, cuda=cuda, index=_mask(index),  # type: ignore[arg-type]
                 python=g.pythons, python_freethreaded=g.freethreaded, arch_list=m.arch_list, extra=m.extra,
-                ptx=m.ptx, filename=f.filename, url=_mask(f.url), sha256=f.sha256, learned=stamp))
+                ptx=m.ptx, filename=f.filename, url=_mask(f.url), sha256=sha, learned=stamp))
             log(f"  {g.version}{'+' + g.label if g.label else ''} {g.platform}: "
                 f"{'cu' + cuda.replace('.', '') if cuda != 'cpu' else 'CPU build'}"
                 f"{' SASS ' + m.arch_list if m.arch_list else ''}; Python {', '.join(g.pythons)}"
