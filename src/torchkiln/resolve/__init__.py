@@ -393,7 +393,7 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
 
 
 def _knowledge_decisions(kb: Knowledge, version: str, cuda: str, host: str) -> list[Decision]:
-    """Where the rows of this plan come from, when the local overlay supplied any of them."""
+    """Which rows the plan used: the built-in ones only, or some learned into the local overlay."""
     if not kb.overlay:
         return [Decision("knowledge", "built-in rows", f"torchkiln's own rows (torch releases up to "
                          f"{kb.all_patches()[0]}); there is no local overlay (`kiln knowledge update` learns newer "
@@ -427,10 +427,6 @@ def _precompile(spec: Spec, torch_plan: TorchPlan) -> tuple[str, ...]:
     names = ["torch", *(_import_name(r) for r in torch_plan.companions)]
     extra = spec.python.precompile if isinstance(spec.python.precompile, list) else []
     return tuple(dict.fromkeys([*names, *extra]))
-
-
-def _companions(spec: Spec, version: str, release: TorchRelease, label: str, kb: Knowledge) -> tuple[str, ...]:
-    return companion_requirements(spec, version, release, label, kb)
 
 
 _BUILDER_APT = ("build-essential", "ccache")
@@ -673,7 +669,7 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
         on_default_index=on_default,
         wheel_arch_list=row.arch_list if row else "",
         wheel_arch_source=row.source if row else "",
-        companions=_companions(spec, version, rel, label, kb),
+        companions=companion_requirements(spec, version, rel, label, kb),
     )
     why_version = (
         "pinned in the spec" if spec.torch.version and not any(c in spec.torch.version for c in "<>=!~,")
