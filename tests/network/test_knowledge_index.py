@@ -128,3 +128,35 @@ def test_wheel_name_pattern_still_matches_pypi(torch_files) -> None:
     """A renamed wheel tag (a new manylinux policy) would make every other check pass vacuously."""
     linux = [f.filename for f in torch_files if "manylinux" in f.filename and "-2.1" in f.filename]
     assert linux and all(WHEEL.match(n) for n in linux)
+
+
+@pytest.mark.slow
+def test_update_relearns_the_newest_series_as_its_rows_say(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the newest series' built-in rows, `kiln knowledge update` learns it from PyPI (range reads,
+    ~1 GB) and the learned rows equal the built-in ones: the learning path works on the real index."""
+    import dataclasses
+
+    import torchkiln.knowledge as knowledge
+    from torchkiln.knowledge import overlay
+
+    real = load_knowledge()
+    series = real.releases[-1].series
+    cut = dataclasses.replace(real, releases=real.releases[:-1],
+                              arch_rows=tuple(a for a in real.arch_rows if a.series != series),
+                              companions=tuple(c for c in real.companions if c.torch not in real.releases[-1].patches))
+    monkeypatch.setattr(knowledge, "load_knowledge", lambda: cut)
+    monkeypatch.setattr(overlay, "load_knowledge", lambda: cut)
+    path = tmp_path / "overlay.json"
+    report = update_overlay([PYPI], path=path)
+    assert report.written and {w.series for w in report.learned} == {series}
+    kb = overlay.apply_overlay(cut, overlay.read_overlay(path), path)
+    newest = real.releases[-1]
+    learned = kb.release_of(newest.patches[-1])
+    assert learned is not None and learned.patches == newest.patches
+    for name, plat in newest.platforms.items():
+        got = learned.on(name)
+        assert got is not None and got.default_cuda == plat.default_cuda
+        assert list(got.python) == sorted(set(plat.python) - set(plat.python_index_only), key=Version)
+        if plat.default_cuda != "cpu":
+            assert kb.arch_row(series, plat.default_cuda, name).arch_list == real.arch_row(  # type: ignore[union-attr]
+                series, plat.default_cuda, name).arch_list  # type: ignore[union-attr]
