@@ -101,3 +101,10 @@ def test_no_plan_names_a_companion_that_does_not_exist() -> None:
             assert (name, pinned.split("+")[0]) in on_pypi, (version, p.torch.companions)
             planned += 1
     assert planned == 49 and refused == 7
+
+
+def test_an_unpinned_torch_with_a_variant_the_newest_dropped_reports_the_real_obstacle() -> None:
+    """cuda = "12.6" without a version: 2.15 has no cu126, so the error is about the newest release that has
+    it (2.14.1), not about 2.15's missing variant."""
+    e = fails(torch={"cuda": "12.6"}, gpu={"targets": ["L4"], "min_driver": "470.82"})
+    assert "not built for CUDA 12.6" not in e.message and "L4 needs driver 520.61.05" in e.message

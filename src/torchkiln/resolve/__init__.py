@@ -392,6 +392,16 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
         yield from companion_ideas(spec)
 
 
+def _publishes(c: _Candidate) -> bool:
+    """Whether the candidate's release publishes its variant at all (a newer release may have dropped it, as
+    2.15 dropped cu126): its failure then names the real obstacle, not the missing variant."""
+    plat = c.on
+    if c.cuda == "cpu" or plat is None:
+        return c.cuda == "cpu"
+    since = plat.variants_from.get(c.cuda)
+    return c.cuda in plat.variants and (since is None or Version(c.version) >= Version(since))
+
+
 def _knowledge_decisions(kb: Knowledge, version: str, cuda: str, host: str) -> list[Decision]:
     """Which rows the plan used: the built-in ones only, or some learned into the local overlay."""
     if not kb.overlay:
@@ -625,8 +635,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> Build
             if not probs:
                 chosen = cand
                 break
-            if first_failure is None:
-                first_failure = (cand, probs)
+            if first_failure is None or (not _publishes(first_failure[0]) and _publishes(cand)):
+                first_failure = (cand, probs)  # the newest that publishes the asked variant says the most
         if chosen is not None:
             break
     if chosen is None:
