@@ -159,9 +159,10 @@ def learn_before_lock(spec: Path, flags: Any, from_pip: bool, runner: Any, quiet
     host = PLATFORMS.get(s.image.platform or "linux/amd64", "x86_64")
     try:
         report = update_overlay(index_list(sources), ca_bundle=sources.ca_bundle, platforms=(host,))
-    except KilnError as e:
+    except (KilnError, OSError) as e:  # e.g. an unreachable index, or a cache folder that cannot be written
         if not quiet:
-            err_console.print(f"[yellow]warning:[/yellow] knowledge not updated: {escape(e.message)}", highlight=False)
+            why = e.message if isinstance(e, KilnError) else str(e)
+            err_console.print(f"[yellow]warning:[/yellow] knowledge not updated: {escape(why)}", highlight=False)
         return
     if not quiet and report.written:
         for w in report.learned:
