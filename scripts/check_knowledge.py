@@ -9,7 +9,9 @@
     python scripts/check_knowledge.py --installed                 # this Python's own torch
 
 Needs the network for ``--pypi`` and is therefore not part of the test suite; run it by hand when a
-release appears or a row changes, and commit its output under ``scripts/results/``.
+release appears or a row changes, and commit its output under ``scripts/results/``. (The scheduled
+``pytest -m network tests/network`` checks the newest series and what PyPI has that the rows lack.)
+The reading and measuring are ``torchkiln.knowledge.learn``'s, shared with ``kiln knowledge update``.
 
 ``--pypi`` asks the package index (``--index-url``, default: pip's ``global.index-url`` or PyPI)
 for torch's file list through the JSON simple API (PEP 691). That list alone gives the CPython
@@ -17,6 +19,7 @@ versions each release ships for each platform. For the newest patch of each seri
 platform it then measures one wheel **without downloading it**: HTTP range requests read the zip's
 central directory, ``torch/version.py`` and ``torch/lib/libtorch_cuda.so`` only (streamed and
 decompressed into one temporary file, deleted at once; about 0.2-0.5 GB is transferred per wheel).
+Of a wheel re-uploaded with a build tag (``torch-2.10.0-3-...``) the highest build is measured: pip installs it.
 
 For each wheel it reports the CUDA version the wheel was built with (``torch/version.py``; none =
 a CPU build), the ELF machine of ``libtorch_cuda.so``, the arch list derived from its device code
