@@ -27,7 +27,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,10 +220,6 @@ def measure_url(url: str, filename: str, size: int | None = None, ca_bundle: str
         got = measure_zip(z, filename)
     got.transferred = raw.transferred if raw is not None else 0
     return got
-
-
-def measure_remote(url: str, size: int, filename: str) -> Measured:
-    return measure_url(url, filename, size)
 
 
 def measure_local(path: Path) -> Measured:
@@ -419,13 +415,6 @@ def companion_versions(files: Iterable[IndexFile], platform: str) -> dict[tuple[
         if key not in picked or "-cp311-" in f.filename:
             picked[key] = f
     return picked
-
-
-def by_series(groups: Iterable[Group]) -> dict[str, list[Group]]:
-    out: dict[str, list[Group]] = defaultdict(list)
-    for g in groups:
-        out[".".join(g.version.split(".")[:2])].append(g)
-    return out
 
 
 Log = Callable[[str], None]
