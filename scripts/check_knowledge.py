@@ -4,6 +4,7 @@
     python scripts/check_knowledge.py --pypi                      # every release series, x86_64 and aarch64
     python scripts/check_knowledge.py --pypi --series 2.13 2.14 --platform aarch64
     python scripts/check_knowledge.py --pypi --out scripts/results/check_knowledge.txt
+    python scripts/check_knowledge.py --variant-index https://download.pytorch.org/whl/cu126 --platform aarch64
     python scripts/check_knowledge.py WHEEL_OR_FOLDER...          # local wheel files or folders
     python scripts/check_knowledge.py --pip-config                # the folders pip is configured with
     python scripts/check_knowledge.py --installed                 # this Python's own torch
@@ -29,10 +30,12 @@ knowledge base: the release's default CUDA variant and Python versions on that p
 arch row of (series, CUDA variant, platform). Exit code 1 when something disagrees.
 """
 
+
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,7 +46,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.knowledge import load_knowledge
+from torchkiln.knowledge import load_knowledge, python_key
 from torchkiln.knowledge.learn import (  # the measuring is the package's, shared with `kiln knowledge update`
     PYPI,
     WHEEL,
@@ -62,6 +65,12 @@ def _pip_index_url() -> str:
     return out or PYPI
 
 
+def _wheel_python(m: re.Match) -> str:
+    """The Python of a wheel's tags: ``cp313-cp313`` -> "3.13"; a free-threaded ``cp313-cp313t`` -> "3.13t"."""
+    abi = m.group("abi")
+    return python_of(abi) if abi.endswith("t") else python_of(m.group("py"))
+
+
 # -- comparing with the knowledge base --------------------------------------------------------------
 def compare(kb, version: str, platform: str, m: Measured, pythons: list[str] | None) -> list[str]:
     """What disagrees between a measured wheel and the knowledge rows (empty = all agree)."""
@@ -73,7 +82,7 @@ def compare(kb, version: str, platform: str, m: Measured, pythons: list[str] | N
     if plat is None:
         return [f"the knowledge base has no {platform} wheels for torch {rel.series}"]
     if pythons is not None:
-        known = sorted(set(plat.python) - set(plat.python_index_only), key=Version)  # those on PyPI
+        known = sorted(set(plat.pythons(version)) - set(plat.python_index_only), key=python_key)  # those on PyPI
         if known != pythons:
             problems.append(f"Python on the index {', '.join(pythons)} but knowledge says {', '.join(known)} "
                             "(python minus python_index_only)")
@@ -117,7 +126,7 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
     by: dict[tuple[str, str], list] = defaultdict(list)
     for f in files:
         m = WHEEL.match(f.filename)
-        if m and not m.group("label") and not m.group("abi").endswith("t"):
+        if m and not m.group("label"):
             by[(m.group("version"), m.group("machine"))].append(f)
     series_of = {v: ".".join(v.split(".")[:2]) for v, _ in by}
     wanted_series = set(args.series) if args.series else {r.series for r in kb.releases}
@@ -127,10 +136,25 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         if s in wanted_series and plat in args.platform:
             if (s, plat) not in newest or Version(v) > Version(newest[(s, plat)]):
                 newest[(s, plat)] = v
+    # every patch's Python set (the file list alone: nothing is downloaded), so a Python a later patch
+    # dropped (3.13t after 2.12.0) is checked against the row's python_until too
+    for v, plat in sorted(by, key=lambda k: (Version(k[0]), k[1])):
+        if series_of[v] not in wanted_series or plat not in args.platform or (series_of[v], plat) not in newest \
+                or newest[(series_of[v], plat)] == v:
+            continue
+        rel = kb.release_of(v)
+        on = rel.platforms.get(plat) if rel is not None else None
+        got = sorted({_wheel_python(WHEEL.match(w.filename)) for w in by[(v, plat)]}, key=python_key)
+        known = (sorted(set(on.pythons(v)) - set(on.python_index_only), key=python_key) if on is not None else [])
+        problems = [] if known == got else [f"Python on the index {', '.join(got)} but knowledge says "
+                                            f"{', '.join(known)} (python minus python_index_only, this patch)"]
+        emit(f"{'OK  ' if not problems else 'DIFF'} torch {v} {plat}: Python {', '.join(got)} (file list only)"
+             + "".join(f"\n       - {p}" for p in problems))
+        args.bad += bool(problems)
     for s, plat in sorted(newest, key=lambda k: (Version(k[0]), k[1])):
         version = newest[(s, plat)]
         wheels = by[(version, plat)]
-        pythons = sorted({python_of(WHEEL.match(w.filename).group("py")) for w in wheels}, key=Version)
+        pythons = sorted({_wheel_python(WHEEL.match(w.filename)) for w in wheels}, key=python_key)
         wheels = sorted(wheels, key=lambda w: -build_number(w.filename))  # pip installs the highest build tag
         pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
         key = f"{pick.filename} sha256={pick.sha256}"
@@ -144,6 +168,64 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         problems = compare(kb, version, plat, m, pythons)
         emit(_line(version, plat, m, problems, pythons))
         args.bad += bool(problems)
+    return 1 if args.bad else 0
+
+
+def run_variant_index(args: argparse.Namespace, kb, emit) -> int:
+    """PyTorch's index of one variant (``--variant-index https://download.pytorch.org/whl/cu126``): which
+    releases have wheels of that variant per platform, against the rows' variants (a row that names a variant
+    the index lacks is a plan naming a wheel that does not exist), and, with ``--measure``, the newest wheel of
+    each series measured like PyPI's."""
+    variant = args.variant_index.rstrip("/").rsplit("/", 1)[-1]  # "cu126"
+    cuda = f"{variant[2:-1]}.{variant[-1]}" if variant.startswith("cu") else "cpu"
+    by: dict[tuple[str, str], list] = defaultdict(list)
+    for f in project_files(args.variant_index, "torch"):
+        m = WHEEL.match(f.filename)
+        if m and m.group("label") == variant:
+            by[(m.group("version"), m.group("machine"))].append(f)
+    wanted_series = set(args.series) if args.series else {r.series for r in kb.releases}
+    for v in kb.all_patches():
+        rel = kb.release_of(v)
+        if rel is None or rel.series not in wanted_series:
+            continue
+        for plat_name in args.platform:
+            plat = rel.on(plat_name)
+            since = plat.variants_from.get(cuda) if plat is not None else None
+            claims = plat is not None and cuda in plat.variants and (since is None or Version(v) >= Version(since))
+            wheels = by.get((v, plat_name), [])
+            pythons = sorted({_wheel_python(WHEEL.match(w.filename)) for w in wheels}, key=python_key)
+            if claims == bool(wheels):
+                status, why = "OK  ", ""
+            elif claims:
+                status = "DIFF"
+                why = f"\n       - the row names {variant} for {plat_name}, but the index has no such wheel"
+            else:
+                status, why = "DIFF", f"\n       - the index has {variant} wheels the row does not name"
+            emit(f"{status} torch {v} {plat_name} {variant}: "
+                 f"{'Python ' + ', '.join(pythons) if wheels else 'no wheels'} (index file list){why}")
+            args.bad += status == "DIFF"
+    if args.measure:
+        newest: dict[tuple[str, str], str] = {}
+        for (v, plat_name) in by:
+            s = ".".join(v.split(".")[:2])
+            if s in wanted_series and plat_name in args.platform:
+                if (s, plat_name) not in newest or Version(v) > Version(newest[(s, plat_name)]):
+                    newest[(s, plat_name)] = v
+        for (_s, plat_name), v in sorted(newest.items(), key=lambda k: (Version(k[0][0]), k[0][1])):
+            wheels = by[(v, plat_name)]
+            wheels = sorted(wheels, key=lambda w: -build_number(w.filename))
+            pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
+            key = f"{pick.filename} sha256={pick.sha256}"
+            if key in args.cached:
+                m = Measured(**args.cached[key])
+            else:
+                m = measure_url(pick.url, pick.filename, pick.size)
+                args.cached[key] = asdict(m)
+                if args.cache:
+                    args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")
+            problems = compare(kb, v, plat_name, m, None)
+            emit(_line(v, plat_name, m, problems, None))
+            args.bad += bool(problems)
     return 1 if args.bad else 0
 
 
@@ -192,6 +274,11 @@ def main() -> int:
     ap.add_argument("paths", nargs="*", type=Path, help="wheel files or folders")
     ap.add_argument("--pypi", action="store_true", help="measure the package index's wheels (network)")
     ap.add_argument("--index-url", help="the index for --pypi (default: pip's global.index-url, else PyPI)")
+    ap.add_argument("--variant-index", metavar="URL",
+                    help="PyTorch's index of one variant, e.g. https://download.pytorch.org/whl/cu126: which releases "
+                    "have that variant per platform, against the rows (network)")
+    ap.add_argument("--measure", action="store_true",
+                    help="with --variant-index: also measure the newest wheel of each series (range reads)")
     ap.add_argument("--series", nargs="*", help="only these release series, e.g. 2.13 2.14")
     ap.add_argument("--platform", nargs="*", default=["x86_64", "aarch64"], choices=["x86_64", "aarch64"])
     ap.add_argument("--pip-config", action="store_true", help="also search the folders pip is configured with")
@@ -210,7 +297,9 @@ def main() -> int:
         lines.append(line)
 
     started = time.monotonic()
-    if args.pypi:
+    if args.variant_index:
+        rc = run_variant_index(args, kb, emit)
+    elif args.pypi:
         rc = run_pypi(args, kb, emit)
     else:
         wheels = _local_wheels(list(args.paths) + (_pip_folders() if args.pip_config else []))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from torchkiln.knowledge import load_knowledge
+from torchkiln.knowledge import load_knowledge, python_key
 from torchkiln.knowledge.learn import (
     COMPANION_WHEEL,
     PYPI,
@@ -75,8 +75,9 @@ def test_python_versions_and_patches_agree_with_the_index(torch_files) -> None:
             if missing:
                 problems.append(f"{rel.series} {platform}: PyPI has {', '.join(missing)}, the row lists {rel.patches}")
             newest = max(on_index, key=Version)
-            pythons = groups[(newest, "", platform)].pythons
-            known = sorted(set(plat.python) - set(plat.python_index_only), key=Version)
+            g = groups[(newest, "", platform)]
+            pythons = sorted([*g.pythons, *(f"{p}t" for p in g.freethreaded)], key=python_key)
+            known = sorted(set(plat.pythons(newest)) - set(plat.python_index_only), key=python_key)
             if pythons != known:
                 problems.append(f"{newest} {platform}: PyPI's wheels are for Python {pythons}, the row says {known} "
                                 "(python minus python_index_only)")
@@ -97,7 +98,8 @@ def test_newest_series_wheels_agree_with_their_rows(torch_files) -> None:
         g = groups[(max(versions, key=Version), "", platform)]
         f = g.pick()
         m = measure_url(f.url, f.filename, f.size)
-        problems += [f"{f.filename}: {p}" for p in ck.compare(kb, g.version, platform, m, g.pythons)]
+        pythons = sorted([*g.pythons, *(f"{p}t" for p in g.freethreaded)], key=python_key)
+        problems += [f"{f.filename}: {p}" for p in ck.compare(kb, g.version, platform, m, pythons)]
     assert not problems, "\n".join(problems)
 
 
@@ -156,7 +158,8 @@ def test_update_relearns_the_newest_series_as_its_rows_say(tmp_path: Path, monke
     for name, plat in newest.platforms.items():
         got = learned.on(name)
         assert got is not None and got.default_cuda == plat.default_cuda
-        assert list(got.python) == sorted(set(plat.python) - set(plat.python_index_only), key=Version)
+        assert list(got.python) == sorted(set(plat.pythons(newest.patches[-1])) - set(plat.python_index_only),
+                                          key=python_key)
         if plat.default_cuda != "cpu":
             assert kb.arch_row(series, plat.default_cuda, name).arch_list == real.arch_row(  # type: ignore[union-attr]
                 series, plat.default_cuda, name).arch_list  # type: ignore[union-attr]

@@ -40,12 +40,12 @@ from torchkiln.arch import Capability
 #: a torch wheel (or, for --installed, a library named like one)
 WHEEL = re.compile(
     r"^torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?(?:-(?P<build>\d\w*))?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
-    r"(?P<plat>manylinux\w*?_(?P<machine>x86_64|aarch64))\.(?:whl|so)$"
+    r"(?P<plat>(?:manylinux\w*?_|linux_)(?P<machine>x86_64|aarch64))\.(?:whl|so)$"
 )
 #: a companion wheel (torchvision, torchaudio) for Linux
 COMPANION_WHEEL = re.compile(
     r"^(?P<name>torchvision|torchaudio)-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?-(?P<py>cp\d+)-"
-    r"(?P<abi>cp\d+t?)-(?P<plat>manylinux\w*?_(?P<machine>x86_64|aarch64))\.whl$"
+    r"(?P<abi>cp\d+t?)-(?P<plat>(?:manylinux\w*?_|linux_)(?P<machine>x86_64|aarch64))\.whl$"
 )
 ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
 USER_AGENT = "torchkiln-knowledge (range reads of one wheel member)"

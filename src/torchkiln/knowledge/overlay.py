@@ -24,7 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torchkiln.arch import parse_arch_list
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.errors import InputError
-from torchkiln.knowledge import ArchRow, Companion, Knowledge, ReleasePlatform, TorchRelease, load_knowledge
+from torchkiln.knowledge import (
+    ArchRow,
+    Companion,
+    Knowledge,
+    ReleasePlatform,
+    TorchRelease,
+    load_knowledge,
+    python_key,
+)
 
 FORMAT = 1
 
@@ -140,8 +148,10 @@ def _platform_of(rows: list[LearnedWheel], name: str) -> ReleasePlatform | None:
     default = next((r for r in latest if r.label == ""), None) or next((r for r in rows if r.label == ""), None)
     if default is None:  # only labelled builds: what a plain install gets is unknown
         return None
-    pythons = sorted({p for r in latest for p in r.python}, key=Version)
-    on_default = set(default.python)
+    # free-threaded builds are Pythons of their own ("3.14t"), as in the built-in rows
+    pythons = sorted({p for r in latest for p in (*r.python, *(f"{f}t" for f in r.python_freethreaded))},
+                     key=python_key)
+    on_default = {*default.python, *(f"{f}t" for f in default.python_freethreaded)}
     variants = sorted({r.cuda for r in rows if r.cuda != "cpu"}, key=lambda v: tuple(int(x) for x in v.split(".")))
     return ReleasePlatform(
         platform=name, python=tuple(pythons), python_experimental=(),
