@@ -78,6 +78,7 @@ COMMAND_MODULES = (
     "inspect",
     "export",
     "verify",
+    "prune",
 )
 
 
