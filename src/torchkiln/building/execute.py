@@ -144,8 +144,9 @@ def ensure_base(engine: Engine, base: str, python: str, python_source: str,
                 f"the base image {base} ({platform}) is not in {engine.info.name}'s local store and cannot be pulled.",
                 hint=(
                     f"Without a registry, make a base offline: `kiln base bootstrap{flag}` (Debian bookworm + "
-                    f"Python 3.11, tagged {made}), then build with `--base kiln-base:bookworm` or set "
-                    "`image = \"kiln-base:bookworm\"` in the `base` table of kiln.toml (an arm64 plan takes its "
+                    f"Python 3.11, tagged {made}), then make it this machine's base once with `kiln config set base "
+                    "kiln-base:bookworm` (or build with `--base kiln-base:bookworm`, or set "
+                    "`image = \"kiln-base:bookworm\"` in the `base` table of kiln.toml; an arm64 plan takes its "
                     f"-arm64 sibling). Or load an image you have (`{engine.info.name} load -i FILE`) and tag it {base}."
                 ),
             )
@@ -312,9 +313,10 @@ def execute(
 
 def resolve_sources(spec_sources: Any, spec_dir: Path, options: BuildOptions, runner: Runner,
                     env: Mapping[str, str] | None = None) -> src.Sources:
-    """The build's package sources: flags > environment > spec > (with --sources-from-pip) pip's config."""
+    """The build's package sources: flags > environment > spec > the user's settings > (with
+    --sources-from-pip) pip's config."""
     return src.resolve_sources(flags=options.flags, env=env, plan_sources=spec_sources, spec_dir=spec_dir,
-                               from_pip=options.from_pip, runner=runner)
+                               from_pip=options.from_pip, runner=runner, user=options.user_sources)
 
 
 def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mapping[str, str] | None = None,

@@ -65,6 +65,8 @@ class BuildOptions:
     locked: bool = False
     from_pip: bool = False  # import the host's pip configuration as the lowest source layer
     flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
+    #: the user's settings file's [sources] (``torchkiln.settings``): below the spec, above pip's
+    user_sources: src.SourceLayer | None = None
     #: the image's platform ("linux/arm64"): ``kiln build --platform`` resolves the spec for it; matrix
     #: builds set it for cells a builder makes under emulation. It must be the plan's.
     platform: str | None = None

@@ -76,6 +76,7 @@ COMMAND_MODULES = (
     "inspect",
     "export",
     "verify",
+    "config",
 )
 
 

@@ -28,10 +28,12 @@ from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
+from torchkiln.cli.config import command_settings
 from torchkiln.engines import BuildEvent, StepRecord, get_engine
 from torchkiln.errors import InputError
 from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
 from torchkiln.runner import Runner
+from torchkiln.settings import user_source_layer
 
 Target = Literal["runtime", "dev"]
 Platform = Literal["linux/amd64", "linux/arm64"]
@@ -209,7 +211,8 @@ def build_cmd(
     engine_name: EngineOpt = None,
     base: Annotated[
         str | None,
-        typer.Option("--base", help="Build on this base image instead of the plan's (e.g. kiln-base:bookworm)."),
+        typer.Option("--base", help="Build on this base image instead of the plan's (e.g. kiln-base:bookworm; "
+                                    "default: KILN_BASE, else \\[base] image, else the base setting, `kiln config`)."),
     ] = None,
     tag: Annotated[
         str | None,
@@ -274,8 +277,10 @@ def build_cmd(
         str | None, typer.Option("--index-strategy", help="uv index strategy (pip's behaviour: unsafe-best-match).")
     ] = None,
     sources_from_pip: Annotated[
-        bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
-    ] = False,
+        bool | None, typer.Option("--sources-from-pip/--no-sources-from-pip",
+                                  help="Use this machine's pip configuration as the lowest layer (default: the "
+                                       "sources_from_pip setting, `kiln config`).", show_default=False)
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine command, secrets, tags; every field with --json); build nothing.")
     ] = False,
@@ -304,12 +309,19 @@ def build_cmd(
     --engine apptainer, build a .sif with `apptainer build` (--fakeroot when not root).
 
     Package sources come from flags, then KILN_* environment variables, then the spec's \\[sources],
-    then (with --sources-from-pip) pip's configuration; they reach the build as secrets only.
+    then the settings file (`kiln config`), then (with --sources-from-pip) pip's configuration; they
+    reach the build as secrets only. --base, --engine, --sources-from-pip and --builders default to
+    the settings too (flags > KILN_* > the spec > the settings file).
 
     With --matrix --builders …: every cell of the spec's \\[matrix] on a pool of Docker builders, tagged
     NAME:[TAG-]torchVERSION-VARIANT-pyX.Y[…] (docs/matrix.md); a re-run rebuilds only failed cells.
     """
     runner = make_runner()
+    settings = command_settings(spec, base=base, engine=engine_name, sources_from_pip=sources_from_pip,
+                                builders=builders or [])
+    base, engine_name = settings.base_override, settings.engine
+    if matrix and not builders:
+        builders = settings.builders or None
     if not matrix:
         for option, value in (("--builders", builders), ("--emulate", emulate or None), ("--force", force or None),
                               ("--skip-impossible", skip_impossible or None), ("--jobs", None if jobs == 1 else jobs)):
@@ -343,7 +355,8 @@ def build_cmd(
                      live=live_output() and not json, runner=runner, main_binary=engine.info.binary,
                      has_buildx=engine.info.builder == "buildx",
                      options=BuildOptions(target=target, base=base, no_cache=no_cache, push=push,
-                                          cache_from=tuple(cache_from or ()), from_pip=sources_from_pip, flags=flags))
+                                          cache_from=tuple(cache_from or ()), from_pip=settings.sources_from_pip,
+                                          flags=flags, user_sources=user_source_layer(settings)))
         return
     for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
         if value is not None and not apptainer:
@@ -351,8 +364,8 @@ def build_cmd(
                                      "(use --base to change it)", param_hint=option)
     options = BuildOptions(
         target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
-        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=sources_from_pip, flags=flags,
-        platform=platform,
+        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=settings.sources_from_pip,
+        flags=flags, user_sources=user_source_layer(settings), platform=platform,
         apptainer=ApptainerOptions(bootstrap or "docker", from_, builder_from),
     )
     start = time.monotonic()

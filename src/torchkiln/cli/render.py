@@ -71,6 +71,7 @@ def render_cmd(
         _render_bake(spec, out, stdout, skip_impossible, json)
         return
     _spec, plan, spec_dir = load_plan(spec)
+    plan = with_base_setting(plan, spec)
     if fmt == "apptainer":
         _render_apptainer(plan, spec_dir, out, stdout, ApptainerOptions(bootstrap, from_, builder_from), json)
         return
@@ -88,6 +89,20 @@ def render_cmd(
         return
     console.print(f"wrote the build context of {plan.image_ref} to {out} ({len(files)} files)")
     console.print(f"build it with: kiln build {spec}   (or DOCKER_BUILDKIT=1 docker build --target runtime {out})")
+
+
+def with_base_setting(plan: BuildPlan, spec: Path) -> BuildPlan:
+    """The plan on the base the settings name (``KILN_BASE``, or the user file's ``base`` for a spec
+    without ``[base] image``), as ``kiln build`` would build it; a base with its own torch is kept."""
+    import dataclasses
+
+    from torchkiln.building.bootstrap import base_for_platform
+    from torchkiln.cli.config import command_settings
+
+    base = command_settings(spec).base_override
+    if not base or plan.torch.image is not None:
+        return plan
+    return dataclasses.replace(plan, base_image=base_for_platform(base, plan.platform))
 
 
 def _fetch_foreign_uv(plans: list[BuildPlan], spec_dir: Path) -> None:

@@ -14,6 +14,7 @@ import typer
 from torchkiln.building.invocation import image_for
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
+from torchkiln.cli.config import engine_setting
 from torchkiln.engines import Mount, RunRequest, get_engine
 from torchkiln.errors import InputError
 from torchkiln.load import load_plan
@@ -69,7 +70,7 @@ def run_cmd(
     Example: kiln run examples/cpu.toml -- python -c "import torch; print(torch.__version__)"
     """
     _spec, plan, spec_dir = load_plan(spec)
-    engine = get_engine(engine_name, make_runner())
+    engine = get_engine(engine_setting(engine_name), make_runner())
     ref = image_for(engine.name, plan, spec_dir.resolve(), target, tag)
     if not engine.image_exists(ref):
         raise missing_image(ref, engine.name, spec, target, tag)
