@@ -217,6 +217,11 @@ def absolute_sources(options: ApptainerOptions, cwd: Path) -> ApptainerOptions:
                                builder_source=absolute(options.builder_source))
 
 
+def step_secret_paths(plan: BuildPlan, secrets_dir: Path) -> dict[str, Path]:
+    """The build secrets ``[[steps]]`` mount, by id: each written from the variable of its name by ``execute``."""
+    return {name: secrets_dir / f"step-{name}" for step in plan.steps for name in step.secrets}
+
+
 def partial_path(dest: Path) -> Path:
     """Where a build writes the ``.sif`` that becomes ``dest``: a private folder beside it (same disk)."""
     return dest.parent / f".{dest.name}.partial" / dest.name
@@ -268,6 +273,8 @@ def plan_build(
     context = (options.context_dir or default_context_dir(plan, spec_dir)).resolve()
     scratch = scratch_dir(context)
     secrets = src.secret_paths(sources, scratch / "secrets")
+    # [[steps]] secrets: read from the environment variable of that name when the build runs (``execute``)
+    secrets.update(step_secret_paths(plan, scratch / "secrets"))
     network = src.build_network(sources)
     if info.name == APPTAINER:
         require_runtime(options.target)

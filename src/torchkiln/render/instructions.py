@@ -121,6 +121,25 @@ def apt_install(packages: tuple[str, ...] | list[str]) -> list[str]:
     )
 
 
+def run_config(plan: BuildPlan, *, dev: bool = False) -> list[str]:
+    """``[app]`` expose (EXPOSE) and, for the runtime, healthcheck (HEALTHCHECK); shared by the Dockerfile
+    renderers. The dev image, a shell for interactive work, gets no health check."""
+    lines = [f"EXPOSE {' '.join(str(p) for p in plan.app.expose)}"] if plan.app.expose else []
+    hc = plan.app.healthcheck
+    if hc is not None and not dev:
+        lines.append(f"HEALTHCHECK --interval={hc.interval} --timeout={hc.timeout} --start-period={hc.start_period} "
+                     f"--retries={hc.retries} CMD {json.dumps(list(hc.command))}")
+    return lines
+
+
+def start(plan: BuildPlan, default: str) -> list[str]:
+    """The runtime's ENTRYPOINT (exec form, when the spec sets one) and CMD: with an entrypoint the spec's
+    command is its arguments (none: ``CMD []``), without one the command, else ``default``."""
+    if plan.app.entrypoint:
+        return [f"ENTRYPOINT {json.dumps(list(plan.app.entrypoint))}", f"CMD {json.dumps(list(plan.app.command))}"]
+    return [f"CMD {json.dumps(list(plan.app.command) or [default])}"]
+
+
 def dockerfile_header(plan: BuildPlan) -> list[str]:
     """The opening comment of every rendered Dockerfile."""
     return [
