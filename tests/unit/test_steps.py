@@ -116,7 +116,7 @@ def test_app_expose_entrypoint_healthcheck() -> None:
                       "healthcheck": {"command": ["curl", "-f", "http://localhost:8000/"], "interval": "5s"}})
     runtime = render_dockerfile(plan).split("AS runtime", 1)[1]
     assert "EXPOSE 22 8000" in runtime
-    assert ('HEALTHCHECK --interval=5s --timeout=30s --start-period=0s --retries=3 CMD ["curl", "-f", '
+    assert ('HEALTHCHECK --interval=5s --timeout=30s --retries=3 CMD ["curl", "-f", '
             '"http://localhost:8000/"]') in runtime
     assert runtime.rstrip().endswith('ENTRYPOINT ["python", "serve.py"]\nCMD ["--port", "8000"]')
     dev = render_dockerfile(plan).split("AS dev", 1)[1].split("AS runtime")[0]

@@ -127,8 +127,10 @@ def run_config(plan: BuildPlan, *, dev: bool = False) -> list[str]:
     lines = [f"EXPOSE {' '.join(str(p) for p in plan.app.expose)}"] if plan.app.expose else []
     hc = plan.app.healthcheck
     if hc is not None and not dev:
-        lines.append(f"HEALTHCHECK --interval={hc.interval} --timeout={hc.timeout} --start-period={hc.start_period} "
-                     f"--retries={hc.retries} CMD {json.dumps(list(hc.command))}")
+        # BuildKit refuses a start period of 0: none is the same
+        start = f" --start-period={hc.start_period}" if hc.start_period.strip("0ms") else ""
+        lines.append(f"HEALTHCHECK --interval={hc.interval} --timeout={hc.timeout}{start} --retries={hc.retries} "
+                     f"CMD {json.dumps(list(hc.command))}")
     return lines
 
 

@@ -155,7 +155,7 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && export PATH="/opt/venv/bin:/kiln/bin:$PATH" VIRTUAL_ENV=/opt/venv UV_CONSTRAINT=/etc/pip/constraint.txt PIP_CONSTRAINT=/etc/pip/constraint.txt PYTHONHASHSEED=0 \
     && python -m compileall -q apps
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --start-period=0s --retries=3 CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/')"]
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/')"]
 USER 1000:1000
 ENTRYPOINT ["python", "apps/cpu_serve.py"]
 CMD ["--port", "8000"]
