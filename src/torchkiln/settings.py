@@ -141,8 +141,8 @@ def parse_user(data: Mapping[str, Any], origin: str) -> UserSettings:
     try:
         return UserSettings.model_validate(dict(data))
     except ValidationError as e:
-        raise SettingsError(_errors(e, origin), hint=f"Valid keys: {', '.join(KEY_NAMES)}; fix the file, or "
-                            "rewrite a key with `kiln config set KEY VALUE` (`kiln config unset KEY` removes it).") from None
+        raise SettingsError(_errors(e, origin), hint=f"Valid keys: {', '.join(KEY_NAMES)}; fix the file, or rewrite "
+                            "a key with `kiln config set KEY VALUE` (`kiln config unset KEY` removes it).") from None
 
 
 def load_user(path: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[UserSettings, Path]:
@@ -253,7 +253,8 @@ class Settings:
     @property
     def engine(self) -> str | None:
         """The engine the user asked for (flag, ``KILN_ENGINE`` or the user file); None: the first usable."""
-        return self.value("engine")
+        value = self.value("engine")
+        return str(value) if value else None
 
     @property
     def sources_from_pip(self) -> bool:
@@ -265,7 +266,8 @@ class Settings:
 
     @property
     def registry(self) -> str | None:
-        return self.value("registry")
+        value = self.value("registry")
+        return str(value) if value else None
 
     @property
     def base_override(self) -> str | None:

@@ -298,8 +298,8 @@ def _map_run(st: Starter, command: str, folder: Path) -> list[str]:
 
 
 def _pip_args(words: list[str]) -> list[str] | None:
-    for prefix in (["pip", "install"], ["pip3", "install"], ["uv", "pip", "install"], ["python", "-m", "pip", "install"],
-                   ["python3", "-m", "pip", "install"]):
+    for prefix in (["pip", "install"], ["pip3", "install"], ["uv", "pip", "install"],
+                   ["python", "-m", "pip", "install"], ["python3", "-m", "pip", "install"]):
         if words[: len(prefix)] == prefix:
             return words[len(prefix):]
     return None
@@ -350,7 +350,7 @@ def read_dockerfile(st: Starter, folder: Path) -> bool:
     path = folder / "Dockerfile"
     if not path.is_file():
         return False
-    import dockerfile
+    import dockerfile  # type: ignore[import-not-found]
 
     try:
         commands = dockerfile.parse_file(str(path))

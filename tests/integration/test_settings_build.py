@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Mirror, context_dir, copy_example
 from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.cli import main
 from torchkiln.engines import Engine
-
-from conftest import Mirror, context_dir, copy_example
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -147,7 +147,8 @@ def test_an_extension_build_without_arch_list_is_reported_in_a_cuda_plan() -> No
     step = {"after": "packages", "run": "uv pip install --no-build-isolation flash-attn==2.7.4.post1"}
     plan = resolve(parse_spec({**data, "steps": [step]}), load_knowledge())
     assert [f.rule for f in review_steps(plan)] == ["extension-without-arch-list"]
-    fixed = resolve(parse_spec({**data, "steps": [{**step, "env": {"TORCH_CUDA_ARCH_LIST": "8.0+PTX"}}]}), load_knowledge())
+    with_list = {**step, "env": {"TORCH_CUDA_ARCH_LIST": "8.0+PTX"}}
+    fixed = resolve(parse_spec({**data, "steps": [with_list]}), load_knowledge())
     assert review_steps(fixed) == []
 
 

@@ -9,8 +9,8 @@ it; lists are not concatenated across layers):
    ``KILN_FIND_LINKS`` (space-separated), ``KILN_TORCH_INDEX``, ``KILN_CA_BUNDLE``, ``KILN_NETWORK``;
 3. the spec's ``[sources]`` table (relative folders are relative to the spec);
 4. the user's settings file's ``[sources]`` (``torchkiln.settings``, ``kiln config``);
-5. with ``--sources-from-pip`` (or ``sources_from_pip = true`` in the settings): the host's pip configuration (``pip config list``: index-url,
-   extra-index-url, find-links, cert).
+5. with ``--sources-from-pip`` (or ``sources_from_pip = true`` in the settings): the host's pip
+   configuration (``pip config list``: index-url, extra-index-url, find-links, cert).
 
 How they reach a build without ever reaching a layer, a build argument or the history:
 

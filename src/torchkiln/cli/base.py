@@ -68,7 +68,8 @@ def bootstrap_cmd(
     packages = tuple(dict.fromkeys([*DEFAULT_PACKAGES, *(package or [])]))
     request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag, platform=platform)
     runner = make_runner()
-    engine = base_store(get_engine(engine_setting(engine_name), runner))  # apptainer has no store: refused before any work
+    # apptainer has no store: refused before any work
+    engine = base_store(get_engine(engine_setting(engine_name), runner))
     if not json:
         err_console.print(
             f"bootstrapping {escape(request.image)} ({suite}, {platform}, {', '.join(packages)}) into {engine.name}",

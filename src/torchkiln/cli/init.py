@@ -131,7 +131,8 @@ def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
         os.replace(tmp, target)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {target} ({e.strerror}).", hint="Check the path and its permissions.") from None
+        raise OutputError(f"cannot write {target} ({e.strerror}).",
+                          hint="Check the path and its permissions.") from None
     console.print(f"wrote {target} from {', '.join(st.sources)} in {folder}", highlight=False, markup=False)
     for f in st.fixed:
         console.print(f"  changed so that it resolves: {f}", highlight=False, markup=False)

@@ -364,7 +364,8 @@ def inspect_cmd(
             from torchkiln.runner import Runner
 
             echo = (lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]")) if state.debug else None
-            engine = require_store(get_engine(engine_setting(engine_name), Runner(echo=echo)), "save an image to inspect",
+            engine = require_store(get_engine(engine_setting(engine_name), Runner(echo=echo)),
+                                   "save an image to inspect",
                                    "Give the path of the .sif file: kiln inspect IMAGE.sif")
             report = inspect_image_name(
                 target, tg, engine, all_sections=all_sections, progress=progress, read=read  # type: ignore[arg-type]
