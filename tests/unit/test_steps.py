@@ -215,3 +215,25 @@ def test_dockerignore_is_honoured_when_the_app_is_copied(tmp_path: Path) -> None
     (tmp_path / ".dockerignore").write_text("src\n")
     with pytest.raises(SpecError, match="\\[app\\] copy names 'src', which .* excludes"):
         dockerfile_context(plan, tmp_path)
+
+
+def test_resolve_explain_and_build_show_the_step_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from torchkiln.cli import main
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    spec = tmp_path / "kiln.toml"
+    spec.write_text('[image]\nname = "acme/x"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n'
+                    '[[steps]]\nafter = "system"\nrun = "pip install requests"\n')
+    assert main(["resolve", str(spec)]) == 0
+    assert "[[steps]] 1 (system): KL002" in capsys.readouterr().out
+    assert main(["explain", str(spec), "--json"]) == 0
+    assert any("KL002" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    # kiln build prints the invocation's warnings before it builds (and --dry-run --json lists them)
+    engine = DockerEngine(EngineInfo("docker", "/usr/bin/docker", "27.3.1", "27.3.1", "buildx"), Runner())
+    _s, plan, spec_dir = load_plan(spec)
+    inv = plan_build(plan, spec_dir, BuildOptions(context_dir=tmp_path / "ctx"), engine, Sources(), cwd=tmp_path)
+    assert any(w.startswith("[[steps]] 1 (system): KL002") for w in inv.warnings)
+    assert inv.to_dict()["warnings"] == list(inv.warnings)

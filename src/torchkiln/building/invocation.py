@@ -126,6 +126,8 @@ class BuildInvocation:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: write the image's SBOM after the build (docker/podman images)
     sbom: bool = False
+    #: the plan's warnings (its [[steps]] findings among them), shown before the build
+    warnings: tuple[str, ...] = ()
 
     @property
     def output_file(self) -> Path | None:
@@ -160,6 +162,7 @@ class BuildInvocation:
             "scratch": str(self.scratch),
             "base_image": self.base_image,
             "sources": self.sources.to_dict(),
+            "warnings": list(self.warnings),
         }
 
 
@@ -299,7 +302,7 @@ def plan_build(
             push=False, no_cache=options.no_cache, scratch=scratch,
             base_image=base if app.bootstrap == "docker" else f"{app.bootstrap}:{base}",
             python=plan.python, python_source=plan.python_source, sources=sources, apptainer=app,
-            platform=plan.platform,
+            platform=plan.platform, warnings=plan.warnings,
         )
     ref = image_ref(plan, options.target, options.tag)
     files = dockerfile_context(plan, spec_dir)
@@ -319,5 +322,5 @@ def plan_build(
         cache_from=cache_from, cache_to=cache_to, cache_push=cache_to if inline else None,
         base_id=plan.locked.base_id if plan.locked is not None and "@sha256:" not in plan.base_image else None,
         lock=plan.locked.lock if plan.locked is not None else None,
-        labels=dict(labels or {}), sbom=True,
+        labels=dict(labels or {}), sbom=True, warnings=plan.warnings,
     )

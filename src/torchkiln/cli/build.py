@@ -370,6 +370,9 @@ def build_cmd(
     )
     start = time.monotonic()
     invocation = plan_spec(spec, engine, options, runner=runner)
+    if not json:
+        for w in invocation.warnings:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
     if dry_run:
         _dry_run(invocation, json)
         return
