@@ -52,7 +52,7 @@ def config_cmd(
     ctx: typer.Context,
     spec: Annotated[
         Path | None,
-        typer.Option("--spec", help="Show the settings as a command on this spec sees them (its [base] and "
+        typer.Option("--spec", help="Show the settings as a command on this spec sees them (its \\[base] and "
                                     "\\[sources] are the project layer).", show_default=False),
     ] = None,
     json: JsonOpt = False,

@@ -47,7 +47,14 @@ apt = []                       # Debian/Ubuntu packages for the runtime image, e
 copy = []                      # paths next to this file copied into workdir, last (cache-friendly)
 workdir = "/workspace"
 command = ["python"]
+# entrypoint = ["python", "serve.py"]   # with an entrypoint, command is its arguments
+# expose = [8000]
+# healthcheck = {{ command = ["curl", "-f", "http://localhost:8000/"], interval = "30s" }}
 user = "kiln"                  # the runtime user; non-root by default ("root" to opt out)
+
+# [[steps]]                    # a command of your own: after "system", "torch", "packages" or "app"
+# after = "packages"           # (rendered as written, linted when the spec is resolved: docs/steps.md)
+# run = "uv pip install ./mylib"
 
 [base]
 image = ""                     # override the base image, e.g. a local one for air-gapped builds
