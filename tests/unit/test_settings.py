@@ -169,3 +169,21 @@ def test_push_registry_setting() -> None:
     assert registry_ref("acme/t:1", "ghcr.io/org/") == "ghcr.io/org/acme/t:1"
     assert registry_ref("reg.example:5000/acme/t:1", "localhost:5000") is None
     assert registry_ref("acme/t:1", None) is None
+
+
+def test_a_lock_stale_only_by_its_base_names_both_ways_out(tmp_path: Path) -> None:
+    """The quick start's loop: a lock written on kiln-base:bookworm, a build without it. The fix offered
+    must not lead back to the same error (`kiln lock SPEC` alone would lock an unpullable base)."""
+    import dataclasses
+
+    from torchkiln.errors import LockError
+    from torchkiln.load import load_plan
+    from torchkiln.lock import Lock, LockedBase, check_lock, plan_inputs
+
+    _s, plan, _d = load_plan(ROOT / "examples" / "cpu.toml")
+    locked_on = dataclasses.replace(plan, base_image="kiln-base:bookworm")
+    lock = Lock(plan_inputs(locked_on), LockedBase("kiln-base:bookworm", "", "sha256:" + "0" * 64), ())
+    with pytest.raises(LockError) as info:
+        check_lock(lock, plan_inputs(plan), tmp_path / "cpu.lock")
+    hint = info.value.hint
+    assert "--locked --base kiln-base:bookworm" in hint and "kiln config set base kiln-base:bookworm" in hint
