@@ -64,7 +64,7 @@ def test_engine_bool_and_list_keys_from_env_and_flags() -> None:
     s = _eff(env={"KILN_ENGINE": "docker", "KILN_SOURCES_FROM_PIP": "0", "KILN_BUILDERS": "a, b c"})
     assert (s.engine, s.sources_from_pip, s.builders) == ("docker", False, ["a", "b", "c"])
     assert s["builders"].origin == "env"
-    # a flag given as False is a flag (`--no-sources-from-pip` turns the user file's true off)
+    # a flag given as False (by a caller) is a flag; None is not given
     assert _eff(flags={"sources_from_pip": False})["sources_from_pip"].origin == "flag"
     assert _eff(flags={"sources_from_pip": None})["sources_from_pip"].origin == "user"
 

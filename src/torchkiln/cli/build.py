@@ -277,9 +277,10 @@ def build_cmd(
         str | None, typer.Option("--index-strategy", help="uv index strategy (pip's behaviour: unsafe-best-match).")
     ] = None,
     sources_from_pip: Annotated[
-        bool | None, typer.Option("--sources-from-pip/--no-sources-from-pip",
+        bool | None, typer.Option("--sources-from-pip",
                                   help="Use this machine's pip configuration as the lowest layer (default: the "
-                                       "sources_from_pip setting, `kiln config`).", show_default=False)
+                                       "sources_from_pip setting, `kiln config`; KILN_SOURCES_FROM_PIP=0 turns "
+                                       "it off).", show_default=False)
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine command, secrets, tags; every field with --json); build nothing.")

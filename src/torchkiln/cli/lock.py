@@ -40,9 +40,10 @@ def lock_cmd(
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
     sources_from_pip: Annotated[
-        bool | None, typer.Option("--sources-from-pip/--no-sources-from-pip",
+        bool | None, typer.Option("--sources-from-pip",
                                   help="Use this machine's pip configuration as the lowest layer (default: the "
-                                       "sources_from_pip setting, `kiln config`).", show_default=False)
+                                       "sources_from_pip setting, `kiln config`; KILN_SOURCES_FROM_PIP=0 turns "
+                                       "it off).", show_default=False)
     ] = None,
     json: JsonOpt = False,
 ) -> None:
