@@ -434,10 +434,10 @@ def plan_invocation(
     cwd: Path | None = None,
 ) -> BuildInvocation:
     """The one planning step of every build, a single spec's or a matrix cell's: the package sources
-    (flags > environment > spec > the user's settings > pip's configuration), the provenance labels (``base``: the base's name
-    and digest when known, as a lock knows them; else looked up with ``digest_of``, by default in
-    ``engine``'s store; ``version``: the image's version label, by default the plan's tag, a matrix
-    cell's own tag), then ``plan_build``."""
+    (flags > environment > spec > the user's settings > pip's configuration), the provenance labels
+    (``base``: the base's name and digest when known, as a lock knows them; else looked up with
+    ``digest_of``, by default in ``engine``'s store; ``version``: the image's version label, by
+    default the plan's tag, a matrix cell's own tag), then ``plan_build``."""
     run = runner or engine.runner
     if base is None:
         name = options.base or plan.base_image
