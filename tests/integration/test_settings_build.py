@@ -74,7 +74,9 @@ def test_steps_entrypoint_port_and_health_check_in_a_built_image(
     marker = f"kiln-secret-{uuid.uuid4().hex}"
     spec.write_text(spec.read_text() + (
         '\n[[steps]]\nafter = "app"\nname = "a build secret"\nsecrets = ["KILN_TEST_SECRET"]\n'
-        'run = "sha256sum /run/secrets/KILN_TEST_SECRET | cut -c1-64 > /opt/data/secret.sha256"\n'))
+        # a secret is not part of BuildKit's cache key: the run's own text changes, so the step runs again
+        f'run = "echo {uuid.uuid4().hex} >/dev/null && sha256sum /run/secrets/KILN_TEST_SECRET | cut -c1-64 '
+        '> /opt/data/secret.sha256"\n'))
     spec.write_text(spec.read_text().replace('copy = ["apps/cpu_serve.py"]', 'copy = ["apps"]'))
     (tmp_path / "proj" / "apps" / ".env").write_text("TOKEN=never-in-the-context\n")
     (tmp_path / "proj" / ".dockerignore").write_text("**/.env\n")
