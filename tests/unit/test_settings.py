@@ -160,6 +160,12 @@ def test_render_and_lock_take_the_base_setting(capsys: pytest.CaptureFixture[str
     # a spec whose [base] image is set keeps it (the project outranks the user file)
     assert main(["render", str(ROOT / "examples" / "ngc.toml"), "--stdout"]) == 0
     assert "FROM nvcr.io/nvidia/pytorch:25.12-py3" in capsys.readouterr().out
+    # kiln resolve and explain show the plan as kiln build builds it, and say where the base came from
+    assert main(["resolve", str(ROOT / "examples" / "cpu.toml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["base_image"] == "kiln-base:bookworm"
+    assert main(["explain", str(ROOT / "examples" / "cpu.toml"), "--json"]) == 0
+    decisions = {d["topic"]: d for d in json.loads(capsys.readouterr().out)["decisions"]}
+    assert decisions["base image (settings)"]["source"] == os.environ["KILN_CONFIG"]
 
 
 def test_push_registry_setting() -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, print_json, spec_path
+from torchkiln.plan import BuildPlan
 from torchkiln.settings import KEYS, Settings, describe_default, effective, load_user, set_values, write_user
 
 config_app = typer.Typer(
@@ -124,3 +125,24 @@ def engine_setting(flag: str | None) -> str | None:
     if flag:
         return flag
     return effective().engine
+
+
+def with_base_setting(plan: BuildPlan, spec: Path) -> BuildPlan:
+    """The plan on the base the settings name (a flag's or ``KILN_BASE``, or the user file's ``base`` for a
+    spec without ``[base] image``), as ``kiln build`` builds it, with a decision that says so; a base
+    whose own torch the plan keeps is never replaced."""
+    import dataclasses
+
+    from torchkiln.building.emulation import base_for_platform
+    from torchkiln.plan import Decision
+
+    settings = command_settings(spec)
+    base = settings.base_override
+    if not base or plan.torch.image is not None:
+        return plan
+    where = settings["base"].where
+    decision = Decision("base image (settings)", base_for_platform(base, plan.platform),
+                        f"this machine's base setting replaces {plan.base_image} (kiln config; "
+                        "kiln build and kiln lock build on it too)", where)
+    return dataclasses.replace(plan, base_image=base_for_platform(base, plan.platform),
+                               decisions=(*plan.decisions, decision))

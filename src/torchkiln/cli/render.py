@@ -15,6 +15,7 @@ from torchkiln.building.options import ApptainerOptions
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
+from torchkiln.cli.config import with_base_setting
 from torchkiln.contract import sif_name
 from torchkiln.errors import KilnError, OutputError
 from torchkiln.load import load_matrix, load_plan
@@ -90,20 +91,6 @@ def render_cmd(
         return
     console.print(f"wrote the build context of {plan.image_ref} to {out} ({len(files)} files)")
     console.print(f"build it with: kiln build {spec}   (or DOCKER_BUILDKIT=1 docker build --target runtime {out})")
-
-
-def with_base_setting(plan: BuildPlan, spec: Path) -> BuildPlan:
-    """The plan on the base the settings name (``KILN_BASE``, or the user file's ``base`` for a spec
-    without ``[base] image``), as ``kiln build`` would build it; a base with its own torch is kept."""
-    import dataclasses
-
-    from torchkiln.building.emulation import base_for_platform
-    from torchkiln.cli.config import command_settings
-
-    base = command_settings(spec).base_override
-    if not base or plan.torch.image is not None:
-        return plan
-    return dataclasses.replace(plan, base_image=base_for_platform(base, plan.platform))
 
 
 def _fetch_foreign_uv(plans: list[BuildPlan], spec_dir: Path) -> None:
