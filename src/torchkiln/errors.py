@@ -59,17 +59,11 @@ class KilnError(Exception):
 
 
 class SpecError(KilnError):
-    """kiln.toml is missing, is not TOML, or does not validate."""
+    """kiln.toml is missing, is not TOML, or does not validate (or the settings file, a ``KILN_*`` setting:
+    ``torchkiln.settings`` raises this type for them, exit code 3)."""
 
     exit_code = ExitCode.SPEC
     default_hint = "Fix the spec as the message says; `kiln init` writes a commented example of every table."
-
-
-class SettingsError(KilnError):
-    """The settings file (``kiln config``) or a ``KILN_*`` variable does not validate."""
-
-    exit_code = ExitCode.SPEC
-    default_hint = "Fix the setting named; `kiln config` shows every setting and where it came from."
 
 
 class ResolveError(KilnError):

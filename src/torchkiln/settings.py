@@ -37,7 +37,10 @@ else:  # pragma: no cover - Python 3.10
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from torchkiln.errors import SettingsError
+from torchkiln.errors import SpecError
+
+#: a settings file or ``KILN_*`` value that does not validate is an error of the spec's kind (exit code 3)
+SettingsError = SpecError
 from torchkiln.redact import redact
 
 Origin = Literal["flag", "env", "project", "user", "default"]

@@ -10,8 +10,8 @@ import pytest
 
 from torchkiln.building.sources import resolve_sources
 from torchkiln.cli import main
-from torchkiln.errors import SettingsError
 from torchkiln.settings import (
+    SettingsError,
     UserSettings,
     config_path,
     effective,
