@@ -38,10 +38,10 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from torchkiln.errors import SpecError
+from torchkiln.redact import redact
 
 #: a settings file or ``KILN_*`` value that does not validate is an error of the spec's kind (exit code 3)
 SettingsError = SpecError
-from torchkiln.redact import redact
 
 Origin = Literal["flag", "env", "project", "user", "default"]
 ORIGINS: tuple[Origin, ...] = ("flag", "env", "project", "user", "default")
