@@ -134,11 +134,14 @@ def run_config(plan: BuildPlan, *, dev: bool = False) -> list[str]:
     return lines
 
 
-def start(plan: BuildPlan, default: str) -> list[str]:
+def start(plan: BuildPlan, default: str, prefix: tuple[str, ...] = ()) -> list[str]:
     """The runtime's ENTRYPOINT (exec form, when the spec sets one) and CMD: with an entrypoint the spec's
-    command is its arguments (none: ``CMD []``), without one the command, else ``default``."""
+    command is its arguments (none: ``CMD []``), without one the command, else ``default``. ``prefix``: an
+    entrypoint of torchkiln's own set earlier (forward compatibility's, which ends in ``exec "$@"``) that
+    the spec's entrypoint runs behind."""
     if plan.app.entrypoint:
-        return [f"ENTRYPOINT {json.dumps(list(plan.app.entrypoint))}", f"CMD {json.dumps(list(plan.app.command))}"]
+        entry = [*prefix, *plan.app.entrypoint]
+        return [f"ENTRYPOINT {json.dumps(entry)}", f"CMD {json.dumps(list(plan.app.command))}"]
     return [f"CMD {json.dumps(list(plan.app.command) or [default])}"]
 
 
