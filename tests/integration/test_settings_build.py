@@ -108,6 +108,9 @@ def test_steps_entrypoint_port_and_health_check_in_a_built_image(
         digest = hashlib.sha256(marker.encode()).hexdigest()
         assert r.stdout.split("\n")[:6] == ["1000", "hello", "2.13.0+cpu", digest, "1.16.0",
                                             "hello from torch 2.13.0+cpu"], r.stdout + r.stderr
+        # kiln run SPEC -- CMD runs CMD (the [app] entrypoint is replaced), as the build's hint prints it
+        assert main(["run", str(spec), "--tag", tag, "--no-interactive", "--", "python", "-c",
+                     "import torch; print(torch.__version__)"]) == 0
         cfg = json.loads(config)[0]["Config"]
         assert cfg["Entrypoint"] == ["python", "apps/cpu_serve.py"] and cfg["Cmd"] == ["--port", "8000"]
         assert "8000/tcp" in cfg["ExposedPorts"]

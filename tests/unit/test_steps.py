@@ -237,3 +237,14 @@ def test_resolve_explain_and_build_show_the_step_findings(tmp_path: Path, capsys
     inv = plan_build(plan, spec_dir, BuildOptions(context_dir=tmp_path / "ctx"), engine, Sources(), cwd=tmp_path)
     assert any(w.startswith("[[steps]] 1 (system): KL002") for w in inv.warnings)
     assert inv.to_dict()["warnings"] == list(inv.warnings)
+
+
+def test_an_app_entrypoint_runs_behind_the_forward_compatibility_entrypoint() -> None:
+    from torchkiln.resolve.compat import ENTRYPOINT
+
+    data = {"image": {"name": "a"}, "torch": {"version": "2.13.0", "cuda": "12.6"}, "gpu": {"targets": ["A100"]},
+            "app": {"entrypoint": ["python", "serve.py"]}}
+    plan = resolve(parse_spec(data), load_knowledge())
+    plan = dataclasses.replace(plan, cuda_compat="nvcr.io/nvidia/cuda:12.6.3-base-ubuntu22.04")
+    runtime = render_dockerfile(plan).split("AS runtime", 1)[1]
+    assert runtime.rstrip().endswith(f'ENTRYPOINT ["{ENTRYPOINT}", "python", "serve.py"]\nCMD []')
