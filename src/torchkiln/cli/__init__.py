@@ -79,6 +79,7 @@ COMMAND_MODULES = (
     "export",
     "verify",
     "prune",
+    "config",
 )
 
 
