@@ -78,8 +78,10 @@ def update_cmd(
         help="Index of a torch variant, e.g. https://download.pytorch.org/whl/cu130 (repeatable).")] = None,
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     sources_from_pip: Annotated[
-        bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
-    ] = False,
+        bool | None, typer.Option("--sources-from-pip/--no-sources-from-pip",
+                                  help="Use this machine's pip configuration as the lowest layer (default: the "
+                                       "sources_from_pip setting, `kiln config`).", show_default=False)
+    ] = None,
     platform: Annotated[list[str] | None, typer.Option(
         "--platform",
         help="Only this platform's wheels: linux/amd64 or linux/arm64 (repeatable; default both).")] = None,
@@ -94,8 +96,9 @@ def update_cmd(
     Python versions) and paired with its torchvision/torchaudio; each row cites its wheel's URL and sha256.
     `kiln resolve` and `kiln explain` then use them.
 
-    Indexes: flags > KILN_* environment > the spec's \\[sources] > (with --sources-from-pip) pip's
-    configuration; the default index is PyPI when none is set. Exit 9 when an index cannot be read.
+    Indexes: flags > KILN_* environment > the spec's \\[sources] > the user's settings (`kiln config`) > (with
+    --sources-from-pip) pip's configuration; the default index is PyPI when none is set. Exit 9 when an index
+    cannot be read.
     """
     plats = _platforms(platform)
     flags = layer_from_flags(index_url=index_url, extra_index_urls=extra_index_url or (), find_links=find_links or (),
@@ -108,9 +111,13 @@ def update_cmd(
         p = spec_path(spec)
         spec_sources, spec_dir = load_spec(p).sources, p.parent.resolve()
     from torchkiln.cli.build import make_runner
+    from torchkiln.cli.config import command_settings
+    from torchkiln.settings import user_source_layer
 
-    sources = resolve_sources(flags=flags, plan_sources=spec_sources, spec_dir=spec_dir, from_pip=sources_from_pip,
-                              runner=make_runner())
+    settings = command_settings(spec, sources_from_pip=sources_from_pip)
+    sources = resolve_sources(flags=flags, plan_sources=spec_sources, spec_dir=spec_dir,
+                              from_pip=settings.sources_from_pip, runner=make_runner(),
+                              user=user_source_layer(settings))
     indexes = index_list(sources, torch_index)
     log = (lambda _line: None) if json else (lambda line: err_console.print(Text(line, style="dim")))
     report = update_overlay(indexes, ca_bundle=sources.ca_bundle, platforms=plats, reset=reset, log=log)
@@ -143,7 +150,7 @@ def show_cmd(json: JsonOpt = False) -> None:
         console.print(Text(f"{comp.package} {comp.version} for torch {comp.torch} — {comp.url}"))
 
 
-def learn_before_lock(spec: Path, flags: Any, from_pip: bool, runner: Any, quiet: bool) -> None:
+def learn_before_lock(spec: Path, flags: Any, from_pip: bool, runner: Any, quiet: bool, user: Any = None) -> None:
     """The `kiln knowledge update` step of `kiln lock` (online anyway): learn what the spec's indexes have
     for its platform. Never fails the lock: an index that cannot be read is a warning here (uv reports
     it in the lock step itself)."""
@@ -155,7 +162,7 @@ def learn_before_lock(spec: Path, flags: Any, from_pip: bool, runner: Any, quiet
     except KilnError:
         return  # load_plan reports it
     sources = resolve_sources(flags=flags, plan_sources=s.sources, spec_dir=p.parent.resolve(), from_pip=from_pip,
-                              runner=runner)
+                              runner=runner, user=user)
     host = PLATFORMS.get(s.image.platform or "linux/amd64", "x86_64")
     try:
         report = update_overlay(index_list(sources), ca_bundle=sources.ca_bundle, platforms=(host,))

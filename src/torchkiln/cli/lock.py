@@ -71,7 +71,7 @@ def lock_cmd(
     if not no_knowledge_update:  # lock is online anyway: a torch release newer than the rows resolves then
         from torchkiln.cli.knowledge import learn_before_lock
 
-        learn_before_lock(spec, flags, sources_from_pip, runner, json)
+        learn_before_lock(spec, flags, settings.sources_from_pip, runner, json, user=user_source_layer(settings))
     _s, plan, spec_dir = load_plan(spec)
     sources = resolve_sources(flags=flags, plan_sources=plan.sources, spec_dir=spec_dir.resolve(),
                               from_pip=settings.sources_from_pip, runner=runner, user=user_source_layer(settings))
