@@ -1,8 +1,9 @@
 """Tests marked ``network`` read the public package index: they run only when asked for.
 
 Asked for = ``pytest -m network`` (a marker expression that selects ``network``) or
-``KILN_NETWORK_TESTS=1``; otherwise they are skipped, so CI and the usual ``-m "not engine and not
-gpu"`` runs stay offline. When asked for but PyPI cannot be reached, they are skipped with that reason.
+``KILN_NETWORK_TESTS=1``; otherwise they are deselected (not skipped: the README's test command
+reports no skip but GPU and apptainer ones), so CI and the usual runs stay offline. When asked for
+but PyPI cannot be reached, they are skipped with that reason.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marked = [i for i in items if i.get_closest_marker("network") is not None]
     if not marked:
         return
-    reason = None if _asked(config) else "network check: run with `pytest -m network` or KILN_NETWORK_TESTS=1"
-    reason = reason or _reachable()
+    if not _asked(config):
+        items[:] = [i for i in items if i.get_closest_marker("network") is None]
+        config.hook.pytest_deselected(items=marked)
+        return
+    reason = _reachable()
     if reason:
         for item in marked:
             item.add_marker(pytest.mark.skip(reason=reason))
