@@ -72,12 +72,14 @@ COMMAND_MODULES = (
     "build",
     "push",
     "lock",
+    "knowledge",
     "run",
     "base",
     "inspect",
     "export",
     "verify",
     "prune",
+    "config",
 )
 
 
