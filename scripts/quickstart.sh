@@ -2,7 +2,7 @@
 # From a fresh Debian/Ubuntu machine to the CPU example running in a container, without a registry,
 # and to a machine where the test suite (`.venv/bin/python -m pytest`) runs every test it can:
 #   1. installs what is missing with apt: python3-venv, debootstrap, docker.io, and the tools the
-#      tests use (podman, squashfs-tools and siftool for SIF files, openssl, qemu-user-static and
+#      tests use (podman, squashfs-tools and siftool for SIF files, skopeo and stargz-snapshotter for compressed pushes, openssl, qemu-user-static and
 #      binfmt-support for arm64 images), and turns on arm64 emulation (binfmt_misc),
 #   2. makes .venv and installs torchkiln into it with its test extra, and the CPU torch the tests
 #      import (torch==2.13.0, from this machine's package sources),
@@ -27,9 +27,10 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 # docker.io: the engine (BuildKit through DOCKER_BUILDKIT=1); debootstrap: the offline base; podman:
 # the second engine the tests build with; squashfs-tools, siftool: SIF files; openssl: the tests' marker CA;
 # docker-registry: the real registry (distribution 2.8) the push and cache tests start on 127.0.0.1;
-# qemu-user-static, binfmt-support: arm64 (Grace) images built on x86_64 (`kiln build --platform linux/arm64`)
+# qemu-user-static, binfmt-support: arm64 (Grace) images built on x86_64 (`kiln build --platform linux/arm64`);
+# skopeo, stargz-snapshotter (ctr-remote): `kiln push --compression estargz`
 for pkg in docker.io debootstrap podman squashfs-tools siftool openssl ca-certificates docker-registry \
-           qemu-user-static binfmt-support; do
+           qemu-user-static binfmt-support skopeo stargz-snapshotter; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
