@@ -8,6 +8,8 @@ all of it was written, so a failure never leaves a half-written context behind.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -19,7 +21,7 @@ from pathlib import Path
 from torchkiln.building import sources as build_sources
 from torchkiln.building.emulation import MACHINE, arch_of, host_platform
 from torchkiln.cache import kiln_cache_dir
-from torchkiln.errors import InputError, SourceError, SpecError
+from torchkiln.errors import InputError, KilnError, OutputError, SourceError, SpecError
 from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
@@ -115,18 +117,104 @@ def place(src: Path, dest: Path) -> None:
     shutil.copy2(src, dest)
 
 
+#: the list of what torchkiln wrote into an output folder (relative path -> sha256, or "link:TARGET")
+MANIFEST = ".kiln/written.json"
+#: what builds add to a context they wrote (linked wheels, apptainer's secrets and labels for the run)
+_OURS_BY_NAME = ".kiln/"
+
+
+def _fingerprint(path: Path) -> str:
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entries(folder: Path) -> Iterator[tuple[str, Path]]:
+    """Every file and symlink under ``folder``, by relative path (an iterative walk: no recursion limit)."""
+    for top, dirs, files in os.walk(folder):
+        base = Path(top)
+        for name in files + [d for d in dirs if (base / d).is_symlink()]:
+            p = base / name
+            yield p.relative_to(folder).as_posix(), p
+
+
+def _manifest(folder: Path) -> dict[str, str]:
+    return {rel: _fingerprint(p) for rel, p in _entries(folder) if rel != MANIFEST}
+
+
+def foreign_entries(out_dir: Path) -> list[str]:
+    """What ``out_dir`` holds that torchkiln did not write (or that was changed since): empty when the
+    folder may be replaced. A folder without torchkiln's manifest is all foreign unless it is empty."""
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return []
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        return [out_dir.name]
+    cache = kiln_cache_dir().resolve()
+    if out_dir.resolve().is_relative_to(cache) and out_dir.resolve() != cache:
+        return []  # torchkiln's own cache folder (build contexts of earlier versions had no manifest)
+    from torchkiln.fsio import read_text
+
+    written: dict[str, str] = {}
+    manifest = out_dir / MANIFEST
+    if manifest.is_file() and not manifest.is_symlink():
+        try:
+            data = json.loads(read_text(manifest, what="manifest"))
+            written = {str(k): str(v) for k, v in data.get("files", {}).items()}
+        except (OSError, ValueError, AttributeError, KilnError):
+            written = {}
+    foreign: list[str] = []
+    for rel, p in _entries(out_dir):
+        if rel == MANIFEST and written:
+            continue
+        if rel not in written:
+            if not (written and rel.startswith(_OURS_BY_NAME)):
+                foreign.append(rel)
+        elif _fingerprint(p) != written[rel]:
+            foreign.append(f"{rel} (changed since torchkiln wrote it)")
+        if len(foreign) >= 5:
+            foreign.append("...")
+            break
+    if not foreign and not written and any(out_dir.iterdir()):
+        foreign = [next(iter(sorted(p.name for p in out_dir.iterdir())))]
+    return foreign
+
+
+def refuse_foreign(out_dir: Path) -> None:
+    """Raise ``OutputError`` (exit 2) when ``out_dir`` holds anything torchkiln did not write."""
+    foreign = foreign_entries(out_dir)
+    if foreign:
+        raise OutputError(
+            f"{out_dir} holds files not written by torchkiln ({', '.join(foreign)}); torchkiln replaces its output "
+            "folder whole, so it will not write there. Nothing was changed.",
+            hint="Give -o/--context a new or empty folder (such as a `kiln-context` folder beside the spec), or move "
+                 "your files out of it first.",
+        )
+
+
 @contextmanager
 def replaced_folder(out_dir: Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir`` whole.
 
-    On any failure the temporary folder is removed and ``out_dir`` is left as it was, so a render
-    never leaves a half-written folder behind.
+    ``out_dir`` must be new, empty, or a folder torchkiln wrote and nobody changed since (its
+    ``.kiln/written.json`` lists every file): anything else is refused before anything is written
+    (``refuse_foreign``), so a user's files are never removed. On any failure the temporary folder is
+    removed and ``out_dir`` is left as it was, so a render never leaves a half-written folder behind.
     """
+    refuse_foreign(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; builds (maybe under --fakeroot) and users read it
         yield tmp
+        manifest = tmp / MANIFEST
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(json.dumps({"written_by": "torchkiln", "files": _manifest(tmp)}, indent=1,
+                                        sort_keys=True) + "\n", encoding="utf-8")
+        refuse_foreign(out_dir)  # again: someone may have put a file there while the context was written
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.rename(out_dir, old / "ctx")

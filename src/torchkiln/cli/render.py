@@ -37,7 +37,7 @@ def _written(write: Callable[[], list[Path]], out: Path) -> list[Path]:
         where = f" ({e.filename})" if e.filename else ""
         raise OutputError(f"cannot write the build context to {out}: {e.strerror or e}{where}.",
                           hint="Give -o a folder in a place you can write to (it is created, or replaced "
-                          "whole).") from None
+                          "whole when torchkiln wrote it).") from None
 
 
 @app.command("render")
