@@ -29,7 +29,8 @@ from typing import Any, Literal, Protocol
 
 from torchkiln.errors import InputError, ToolMissingError
 from torchkiln.images.archive import ImageArchive, open_image
-from torchkiln.images.flatten import FlattenStats, flatten, make_writable
+from torchkiln.images.confine import rmtree
+from torchkiln.images.flatten import FlattenStats, flatten
 from torchkiln.images.oci import write_oci_archive
 from torchkiln.images.sif import MKSQUASHFS_HINT, ImageConfig, SifImage, write_image_sif
 from torchkiln.runner import Runner
@@ -116,7 +117,7 @@ def export_archive_to_sif(
             sif = write_image_sif(root, dest, config, deffile_for(name), runner,
                                   image_id=image_id(image), processors=processors)
         finally:
-            make_writable(root)  # so that the temporary folder can be removed as a non-root user
+            rmtree(root)  # whatever the image held (modes, depth): iterative, no symlink followed
     return sif, stats
 
 
