@@ -25,7 +25,8 @@ from typing import Any
 from torchkiln.building import sources as src
 from torchkiln.building.context import find_uv
 from torchkiln.engines.engine import repository_of
-from torchkiln.errors import InputError, LockError, SourceError
+from torchkiln.errors import InputError, KilnError, LockError, SourceError
+from torchkiln.fsio import read_text, write_atomic
 from torchkiln.lock import (
     GROUPS,
     Lock,
@@ -210,11 +211,13 @@ def lock_spec(spec_path: Path, engine: Any, *, base: str | None = None, sources:
             previous = None  # unreadable: written anew
     lock = make_lock(plan, spec_path, engine, sources, runner, upgrade=upgrade, previous=previous)
     text = render_lock(lock)
-    changed = not path.exists() or path.read_text(encoding="utf-8") != text
-    if changed:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+    try:
+        current: str | None = read_text(path, what="the lock")
+    except (OSError, KilnError):
+        current = None
+    changed = current != text
+    if changed:  # whole or not at all: a full disk or Ctrl-C leaves the old lock and no temporary file
+        write_atomic(path, text, what="lock")
     return LockResult(path, lock, time.monotonic() - start, changed)
 
 
