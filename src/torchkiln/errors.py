@@ -29,7 +29,17 @@ class ExitCode(IntEnum):
     REGISTRY = 12  # an image registry cannot be reached (down, wrong address, untrusted TLS certificate)
     REGISTRY_AUTH = 13  # an image registry refused the engine's credentials (none, wrong, no permission)
     LOCK = 14  # kiln.lock is missing, unreadable, stale against the spec, or for another platform
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM is 143 and SIGHUP 129 (128 + the signal's number)
+    TERMINATED = 143
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) turned into an exception at the CLI boundary, so that every
+    ``finally`` of the command runs (temporary files and secrets removed, child processes stopped)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class KilnError(Exception):

@@ -195,6 +195,13 @@ def refuse_foreign(out_dir: Path) -> None:
         )
 
 
+def _same_manifest(a: Path, b: Path) -> bool:
+    try:
+        return (a / MANIFEST).read_bytes() == (b / MANIFEST).read_bytes()
+    except OSError:
+        return False
+
+
 @contextmanager
 def replaced_folder(out_dir: Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir`` whole.
@@ -215,6 +222,9 @@ def replaced_folder(out_dir: Path) -> Iterator[Path]:
         manifest.write_text(json.dumps({"written_by": "torchkiln", "files": _manifest(tmp)}, indent=1,
                                         sort_keys=True) + "\n", encoding="utf-8")
         refuse_foreign(out_dir)  # again: someone may have put a file there while the context was written
+        if _same_manifest(out_dir, tmp):  # the same context (a second build of the spec): leave it in place
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.rename(out_dir, old / "ctx")

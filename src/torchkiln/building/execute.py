@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -222,6 +223,30 @@ def ensure_sif_base(engine: Engine, options: ApptainerOptions, python: str, pyth
         _check_base_python(options.source, engine.inspect_image(options.source).labels, python, python_source)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_scratch(scratch: Path) -> None:
+    """Remove the scratch folders (and the secret files in them) of builds whose process is gone (killed with
+    SIGKILL, or a machine that lost power): ``NAME-DIGEST-PID`` beside this build's own."""
+    stem, _, _pid = scratch.name.rpartition("-")
+    try:
+        siblings = list(scratch.parent.iterdir())
+    except OSError:
+        return
+    for p in siblings:
+        head, _, pid = p.name.rpartition("-")
+        if head == stem and pid.isdigit() and p != scratch and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def execute(
     inv: BuildInvocation,
     engine: Engine,
@@ -247,6 +272,7 @@ def execute(
         fetch_uv(inv.platform, inv.sources, engine.runner)
     inv.files.write(inv.context)
     output = inv.output_file
+    sweep_scratch(inv.scratch)
     with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared:
         assert prepared.secrets == inv.secrets and prepared.network == inv.network, "sources differ from the plan"
         if output is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -176,10 +177,14 @@ def default_context_dir(plan: BuildPlan, spec_dir: Path) -> Path:
     return kiln_cache_dir() / "contexts" / f"{name}-{digest}"
 
 
-def scratch_dir(context: Path) -> Path:
-    """The private folder of the build of ``context`` (one build of a context runs at a time)."""
+def scratch_dir(context: Path, pid: int | None = None) -> Path:
+    """The private folder of this process's build of ``context`` (the image id file, the secret files).
+
+    One per process: two builds of one spec at once (or its runtime and dev targets) each have their
+    own, so neither removes the other's id file or secrets. Folders of processes that died without
+    cleaning up are removed by the next build (``execute.sweep_scratch``)."""
     digest = hashlib.sha256(str(context).encode()).hexdigest()[:10]
-    return kiln_cache_dir() / "scratch" / f"{context.name}-{digest}"
+    return kiln_cache_dir() / "scratch" / f"{context.name}-{digest}-{os.getpid() if pid is None else pid}"
 
 
 def sif_path(plan: BuildPlan, spec_dir: Path, tag: str | None = None) -> Path:

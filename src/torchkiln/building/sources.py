@@ -382,10 +382,23 @@ def check_ca_bundle(path: str) -> Path:
     return p
 
 
+def _same_file(have: Path, source: Path | None) -> bool:
+    """``have`` (in a context) is ``source``'s file: its hard link, or a copy of the same size and time."""
+    if source is None:
+        return False
+    try:
+        a, b = have.stat(), source.stat()
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) or (a.st_size == b.st_size and
+                                                           int(a.st_mtime) == int(b.st_mtime))
+
+
 def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
     """Put every distribution file of ``folders`` into ``dest``.
 
-    Distribution files already in ``dest`` are removed first, so it holds exactly the current folders' files.
+    Distribution files in ``dest`` that are not the current folders' (by name, size and time) are removed, so it
+    holds exactly the current folders' files; the same ones are kept (a concurrent build of the context reads them).
     Wheels are hard-linked (torch wheels are GBs) only into torchkiln's own cache folder, the default
     build contexts nobody edits; anywhere else (``kiln build --context DIR``) they are copied, so no
     file the user can reach aliases one of theirs.
@@ -393,12 +406,7 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
     from torchkiln.cache import kiln_cache_dir
 
     link = dest.resolve().is_relative_to(kiln_cache_dir().resolve())
-    if dest.exists():
-        for child in dest.iterdir():
-            if child.name.endswith(_DIST_SUFFIXES):
-                child.unlink()
-    dest.mkdir(parents=True, exist_ok=True)
-    names: list[str] = []
+    wanted: dict[str, Path] = {}
     for folder in folders:
         if not folder.is_dir():
             raise SourceError(
@@ -409,15 +417,23 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
                 ),
             )
         for f in sorted(folder.iterdir()):
-            if not f.is_file() or not f.name.endswith(_DIST_SUFFIXES) or (dest / f.name).exists():
-                continue
+            if f.is_file() and f.name.endswith(_DIST_SUFFIXES):
+                wanted.setdefault(f.name, f)
+    if dest.exists():  # keep what is already there and the same (a build of the same context may be reading it)
+        for child in dest.iterdir():
+            if child.name.endswith(_DIST_SUFFIXES) and not _same_file(child, wanted.get(child.name)):
+                child.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+    for name, f in wanted.items():
+        if not (dest / name).exists():
             try:
                 if not link:
                     raise OSError("copy")
-                os.link(f, dest / f.name)
+                os.link(f, dest / name)
             except OSError:
-                shutil.copy2(f, dest / f.name)
-            names.append(f.name)
+                shutil.copy2(f, dest / name)
+        names.append(name)
     return names
 
 
