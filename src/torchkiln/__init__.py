@@ -18,7 +18,7 @@ def _install_early_handlers() -> None:
     argv0 = sys.argv[0] if sys.argv else ""
     if argv0 != "-m" and argv0.rsplit("/", 1)[-1] != "kiln":
         return  # imported as a library (or by a test runner): signals are the host program's
-    import _signal  # the C module: `signal` imports enum, which takes long enough to be interrupted
+    import _signal  # type: ignore[import-not-found]  # the C module: `signal` imports enum, which takes long enough to be interrupted
 
     if _signal.getsignal(_signal.SIGINT) is not _signal.default_int_handler:
         return

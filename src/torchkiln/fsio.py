@@ -68,7 +68,8 @@ def read_bytes(path: Path, *, what: str, limit: int = MAX_TEXT_BYTES, error: Err
             chunks.append(chunk)
             got += len(chunk)
         if got > limit:  # it grew while read (a file still being written)
-            raise error(f"{what} {path} holds more than {limit:,} bytes.", hint or f"Replace {path} with the real file.")
+            raise error(f"{what} {path} holds more than {limit:,} bytes.",
+                        hint or f"Replace {path} with the real file.")
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -148,3 +149,22 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def write_private(path: Path, data: bytes | str) -> Path:
+    """Create ``path`` readable by its owner only (0600 from the first byte, never widened) and write ``data``:
+    for files that hold credentials (a uv.toml with an index token). Fails if ``path`` exists."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+    return path

@@ -195,18 +195,18 @@ class Runner:
             elif on_line is not None:
                 result = self._stream(args, child_env, cwd, stdin_file, on_line, timeout, start)
             else:
-                proc = _popen(args, env=child_env, cwd=cwd,
-                              stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                child = _popen(args, env=child_env, cwd=cwd,
+                               stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 try:
-                    out, err = proc.communicate(timeout=timeout)
+                    out, err = child.communicate(timeout=timeout)
                 except BaseException:  # Ctrl-C, SIGTERM, a timeout: never leave the child (or its children) running
-                    stop(proc)
+                    stop(child)
                     raise
-                _reaped(proc)
+                _reaped(child)
                 result = Completed(
                     tuple(args),
-                    proc.returncode,
+                    child.returncode,
                     out.decode("utf-8", "replace"),
                     err.decode("utf-8", "replace"),
                     time.monotonic() - start,

@@ -22,6 +22,7 @@ from torchkiln.building import sources as build_sources
 from torchkiln.building.emulation import MACHINE, arch_of, host_platform
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.errors import InputError, KilnError, OutputError, SourceError, SpecError
+from torchkiln.fsio import write_private
 from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
@@ -73,7 +74,7 @@ def fetch_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> P
     top.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{top.name}.", dir=top.parent) as tmp:
         config = Path(tmp) / "uv.toml"
-        config.write_text(build_sources.render_uv_toml(
+        write_private(config, build_sources.render_uv_toml(
             index_url=_host_index(sources.index_url), extra_index_urls=[_host_index(u) or u for u in
                                                                         sources.extra_index_urls],
             find_links=list(sources.find_links), index_strategy=sources.index_strategy))

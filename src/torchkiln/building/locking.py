@@ -14,7 +14,6 @@ The file format and the pure checks are in ``torchkiln.lock``.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,7 @@ from torchkiln.building import sources as src
 from torchkiln.building.context import find_uv
 from torchkiln.engines.engine import repository_of
 from torchkiln.errors import InputError, KilnError, LockError, SourceError
-from torchkiln.fsio import read_text, write_atomic
+from torchkiln.fsio import read_text, write_atomic, write_private
 from torchkiln.lock import (
     GROUPS,
     Lock,
@@ -104,8 +103,7 @@ class UvCompiler:
         """uv's ``pylock.toml`` for ``requirements`` (with ``preferences`` kept where still allowed)."""
         with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
             d = Path(tmp)
-            (d / "uv.toml").write_text(self.uv_toml())
-            os.chmod(d / "uv.toml", 0o600)
+            write_private(d / "uv.toml", self.uv_toml())  # may hold an index token: 0600 from the start
             (d / "requirements.in").write_text("".join(f"{r}\n" for r in requirements))
             (d / "constraints.txt").write_text("".join(f"{r}\n" for r in constraints))
             base = [str(self.uv), "pip", "compile", "--config-file", str(d / "uv.toml"), "--no-header",

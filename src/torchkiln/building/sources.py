@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from torchkiln.contract import SECRET_CA, SECRET_UV
 from torchkiln.errors import SourceError
+from torchkiln.fsio import write_private
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
@@ -454,6 +455,28 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         self.connection.sendfile(source)
 
 
+    def handle(self) -> None:
+        """A client that hangs up mid-transfer (uv cancelling a download, a build stopped) is not an error."""
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
+            self.close_connection = True
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints a traceback into the build's output for any handler error; a connection
+        closed by the client is normal, anything else is logged (``--debug``), never printed."""
+        import logging
+        import sys
+
+        e = sys.exc_info()[1]
+        if not isinstance(e, ConnectionError | TimeoutError):
+            logging.getLogger("torchkiln.sources").debug("local index server: %r from %s", e, client_address)
+
+
 @dataclass
 class LocalIndexServer:
     """Serves one folder on 127.0.0.1 (a random free port) until ``close``."""
@@ -464,7 +487,7 @@ class LocalIndexServer:
 
     def __post_init__(self) -> None:
         handler = functools.partial(_QuietHandler, directory=str(self.root))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = _QuietServer(("127.0.0.1", 0), handler)
         # a short poll interval: shutdown() waits for the next poll, and every build closes its servers
         serve = functools.partial(self.server.serve_forever, poll_interval=0.05)
         self.thread = threading.Thread(target=serve, name="kiln-index", daemon=True)
@@ -669,8 +692,7 @@ def prepare(
                     index_strategy=sources.index_strategy,
                 )
                 path = tmp / UV_TOML
-                path.write_text(uv_toml)
-                path.chmod(0o600)
+                write_private(path, uv_toml)  # holds the index token: 0600 from the first byte
                 secrets[SECRET_UV] = path
             if ca is not None:
                 secrets[SECRET_CA] = ca

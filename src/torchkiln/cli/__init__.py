@@ -119,12 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         from torchkiln.runner import stop_children
 
         stop_children()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def _interrupted(e: BaseException) -> int:
-    signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+    signum = e.signum if isinstance(e, Interrupted) else int(signal.SIGINT)
     try:
         err_console.print("[red]interrupted[/red]" if signum == signal.SIGINT else
                           f"[red]stopped by {signal.Signals(signum).name}[/red]")

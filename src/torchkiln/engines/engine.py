@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from torchkiln.diagnose import diagnose, format_diagnoses
-from torchkiln.errors import BuildError, InputError, KilnError, RegistryAuthError, RegistryError, SourceError
+from torchkiln.errors import (
+    BuildError,
+    InputError,
+    KilnError,
+    RegistryAuthError,
+    RegistryError,
+    SourceError,
+    disk_full,
+)
 from torchkiln.runner import Completed, Runner
 
 EngineName = Literal["docker", "podman", "apptainer"]
@@ -521,6 +529,9 @@ def classify_build_failure(
                 ),
                 details=details,
             )
+    full = disk_full(text, details)  # torchkiln.errors: one wording for every command
+    if full is not None:
+        return full
     conflict = _torch_conflict(text, where, details) if failing is not None and failing.is_instruction else None
     if conflict is not None:
         return conflict

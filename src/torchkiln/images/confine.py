@@ -169,7 +169,8 @@ def remove_at(fd: int, name: str) -> None:
 
 
 def rmtree_at(parent: int, name: str) -> None:
-    """Remove the folder ``name`` of ``parent`` and all it holds: iterative, descriptor-relative, no symlink followed."""
+    """Remove the folder ``name`` of ``parent`` and all it holds (iterative, descriptor-relative, no symlink
+    followed)."""
     top = os.open(name, _DIR, dir_fd=parent)
     # each level: (its descriptor, its name in the level above, the sub-folders still to remove)
     stack: list[tuple[int, str, list[str]]] = []

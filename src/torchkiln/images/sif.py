@@ -93,7 +93,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from torchkiln import __version__
-from torchkiln.errors import InputError, ToolMissingError
+from torchkiln.errors import InputError, ToolMissingError, disk_full
 from torchkiln.images.confine import Confined, remove_at
 from torchkiln.runner import Runner
 
@@ -828,6 +828,7 @@ def mksquashfs(
     runner.run(
         cmd, what="mksquashfs", install_hint=MKSQUASHFS_HINT,
         error=lambda m, h, d: InputError(m, h or "Check the free space next to the output file.", details=d),
+        classify=lambda r: disk_full(r.output, f"$ {r.command}\n{r.tail(10)}"),
     )
     with dest.open("rb") as f:
         if f.read(4) != SQUASHFS_MAGIC:
