@@ -1,0 +1,149 @@
+"""Issue #24, items 6-12: full disks, special files, concurrent builds' scratch, secrets at rest, broken pipes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from torchkiln.building.execute import sweep_scratch
+from torchkiln.building.invocation import scratch_dir
+from torchkiln.building.sources import LocalIndexServer
+from torchkiln.cli import main
+from torchkiln.errors import ExitCode, FilesError, disk_full
+from torchkiln.fsio import read_text, write_atomic, write_private
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fill(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs, filled up (never the shared disk); unmounted afterwards. Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (mnt / "existing").mkdir()
+        _fill(mnt / "filler")
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_kiln_init_on_a_full_disk_leaves_nothing(full_disk: Path, capsys) -> None:
+    target = full_disk / "existing" / "kiln.toml"
+    code = main(["init", str(target)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.FILES, err
+    assert "fix:" in err and "space" in err and "Traceback" not in err
+    assert os.listdir(full_disk / "existing") == []  # no empty kiln.toml, no temporary file
+
+
+def test_an_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_no_temporary(full_disk: Path) -> None:
+    lock = full_disk / "existing" / "kiln.lock"
+    os.remove(full_disk / "filler")
+    lock.write_text("old lock\n")
+    _fill(full_disk / "filler")
+    with pytest.raises(OSError) as info:
+        write_atomic(lock, "new lock\n" * 100_000)
+    assert info.value.errno == errno.ENOSPC
+    assert lock.read_text() == "old lock\n"
+    assert sorted(os.listdir(lock.parent)) == ["kiln.lock"]
+    error = FilesError.from_os(info.value)
+    assert error.exit_code == ExitCode.FILES and "disk is full" in error.hint
+
+
+def test_write_atomic_refuses_to_write_through_a_fifo_or_a_folder(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for name in ("fifo", "dir"):
+        with pytest.raises(FilesError, match="does not write through it"):
+            write_atomic(tmp_path / name, "x")
+    assert sorted(os.listdir(tmp_path)) == ["dir", "fifo"]
+
+
+def test_read_text_caps_the_size(tmp_path: Path) -> None:
+    big = tmp_path / "big.lock"
+    big.write_bytes(b"x" * 2048)
+    with pytest.raises(FilesError, match="more than 1,024"):
+        read_text(big, what="the lock", limit=1024)
+
+
+def test_secret_files_are_private_from_the_first_byte(tmp_path: Path) -> None:
+    os.umask(0o022)
+    p = write_private(tmp_path / "uv.toml", "index-url = 'https://user:secret@example/simple'\n")
+    assert p.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(FileExistsError):
+        write_private(p, "again")
+
+
+def test_each_process_has_its_own_scratch_and_dead_ones_are_swept(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    ctx = tmp_path / "ctx"
+    mine, other = scratch_dir(ctx), scratch_dir(ctx, pid=os.getppid())
+    assert mine != other and mine.name.endswith(f"-{os.getpid()}")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = scratch_dir(ctx, pid=dead.pid)
+    for d in (other, stale):
+        (d / "secrets").mkdir(parents=True)
+        (d / "secrets" / "uv.toml").write_text("token")
+    sweep_scratch(mine)
+    assert other.exists() and not stale.exists()  # a live build's folder is kept; a dead one's (and its secret) goes
+
+
+def test_a_client_hanging_up_on_the_local_index_prints_no_traceback(tmp_path: Path, capfd) -> None:
+    (tmp_path / "big.whl").write_bytes(os.urandom(8 << 20))
+    server = LocalIndexServer(tmp_path)
+    try:
+        host, port = server.server.server_address[:2]
+        for _ in range(3):
+            s = socket.create_connection((str(host), int(port)))
+            s.sendall(b"GET /big.whl HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.recv(100)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+            s.close()
+        time.sleep(0.5)
+    finally:
+        server.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "ConnectionReset" not in err
+
+
+def test_a_reader_that_leaves_early_is_not_a_traceback() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.Popen([sys.executable, "-m", "torchkiln", "explain", "--gpus"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    p.stdout.readline()
+    p.stdout.close()  # `| head -1`
+    _, err = p.communicate(timeout=60)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
+    assert p.returncode == 0
+
+
+def test_disk_full_output_is_exit_10_not_a_spec_or_image_error() -> None:
+    error = disk_full("write /var/lib/docker/tmp/x: no space left on device", "details")
+    assert error is not None and error.exit_code == ExitCode.FILES and "Free space" in error.hint
+    assert disk_full("some other failure") is None
