@@ -246,8 +246,8 @@ def _fake_apptainer(tmp: Path) -> str:
 @pytest.mark.parametrize(("delay", "sig"), _points(4, 0.5, 2.0))
 def test_an_interrupted_lock_leaves_no_secret_no_uv_and_no_partial_lock(delay: float, sig: int, tmp_path: Path,
                                                                         silent_index: str) -> None:
-    from torchkiln.lock import Lock, LockedBase, LockedWheel, plan_inputs, render_lock
     from torchkiln.load import load_plan
+    from torchkiln.lock import Lock, LockedBase, LockedWheel, plan_inputs, render_lock
 
     project = _project(tmp_path)
     _s, plan, _d = load_plan(project / "kiln.toml")
