@@ -202,3 +202,49 @@ def test_sparse_files_stay_sparse(tmp_path: Path) -> None:
     st = os.stat(root / "big")
     assert st.st_size == len(raw) and st.st_blocks * 512 < 4 << 20  # 64 MiB apparent, < 4 MiB on disk
     assert (root / "big").read_bytes()[-4:] == b"tail"
+
+
+def _sparse_giant_layer(tmp_path: Path, size: int = 100 << 30) -> bytes:
+    """A layer (a few KB) holding one sparse file of ``size`` bytes, made by GNU tar."""
+    import shutil
+    import subprocess
+
+    tar = shutil.which("tar")
+    if tar is None or b"GNU tar" not in subprocess.run([tar, "--version"], capture_output=True).stdout:
+        pytest.skip("GNU tar (for a sparse archive member) is not installed")
+    src = tmp_path / "sparse-src"
+    src.mkdir()
+    with open(src / "giant.bin", "wb") as f:
+        f.write(b"head")
+        f.truncate(size)
+    subprocess.run([tar, "--sparse", "--format=pax", "-C", str(src), "-cf", str(tmp_path / "layer.tar"), "giant.bin"],
+                   check=True)
+    return (tmp_path / "layer.tar").read_bytes()
+
+
+def test_a_sparse_giant_is_refused_by_export_before_it_is_squashed(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    monkeypatch.delenv("KILN_EXPORT_MAX_BYTES", raising=False)
+    raw = _sparse_giant_layer(tmp_path)
+    assert len(raw) < 64 * 1024
+    path = archive(tmp_path, [raw])
+    start = time.monotonic()
+    with open_image(path) as image, pytest.raises(InputError, match="claim more than") as info:
+        export_archive_to_sif(image, tmp_path / "x.sif", "acme/x:1", Runner(), processors=1)
+    assert time.monotonic() - start < 10
+    assert "KILN_EXPORT_MAX_BYTES" in info.value.hint and "/giant.bin" in info.value.message
+    assert not (tmp_path / "x.sif").exists() and not any(p.name.startswith(".kiln-") for p in tmp_path.iterdir())
+
+
+def test_a_sparse_giant_flattens_sparse_and_fast_when_allowed(tmp_path: Path) -> None:
+    import time
+
+    raw = _sparse_giant_layer(tmp_path)
+    root = _root(tmp_path)
+    start = time.monotonic()
+    stats = flatten([io.BytesIO(raw)], root)
+    st = os.stat(root / "giant.bin")
+    assert time.monotonic() - start < 5 and st.st_size == 100 << 30 and st.st_blocks * 512 < 1 << 20
+    assert stats.bytes == 100 << 30 and stats.allocated < 1 << 20
+    assert (root / "giant.bin").open("rb").read(4) == b"head"

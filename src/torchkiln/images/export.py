@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 from torchkiln.errors import InputError, ToolMissingError
 from torchkiln.images.archive import ImageArchive, open_image
 from torchkiln.images.confine import rmtree
-from torchkiln.images.flatten import FlattenStats, flatten
+from torchkiln.images.flatten import FlattenStats, export_budget, flatten
 from torchkiln.images.oci import write_oci_archive
 from torchkiln.images.sif import MKSQUASHFS_HINT, ImageConfig, SifImage, write_image_sif
 from torchkiln.runner import Runner
@@ -112,6 +112,7 @@ def export_archive_to_sif(
             stats = flatten(
                 (image.layer_stream(ref) for ref in layers), root,
                 lambda i: say(f"flattening layer {i + 1}/{len(layers)} ({_mb(layers[i].blob_size)})"),
+                max_bytes=export_budget(sum(ref.blob_size for ref in layers)),
             )
             say("squashing the root file system (mksquashfs)")
             sif = write_image_sif(root, dest, config, deffile_for(name), runner,

@@ -55,7 +55,7 @@ def free_bytes(path: Path) -> int:
 class Flattener:
     """Applies layer tars, in order, to a root directory; every write stays inside it (``confine``)."""
 
-    def __init__(self, root: Path, *, reserve: int | None = None) -> None:
+    def __init__(self, root: Path, *, reserve: int | None = None, max_bytes: int | None = None) -> None:
         self.root = root.resolve()
         self.confined = Confined(self.root)
         self.is_root = os.geteuid() == 0
@@ -65,6 +65,9 @@ class Flattener:
         self._reserve = RESERVE_BYTES if reserve is None else reserve
         self._free = free_bytes(self.root) - self._reserve
         self._checked_at = 0
+        #: the most the files may claim in all (apparent sizes, holes included): what mksquashfs will read
+        self.max_bytes = max_bytes
+        self._largest: tuple[int, str] = (0, "")
 
     def close(self) -> None:
         self.confined.close()
@@ -130,6 +133,7 @@ class Flattener:
             self._dirs[key] = m
             return
         if m.isfile():
+            self._budget(m, key)
             src = tf.extractfile(m)
             assert src is not None
             out = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
@@ -168,10 +172,38 @@ class Flattener:
             return
         self._meta_at(fd, base, m)
 
+    def _budget(self, m: tarfile.TarInfo, key: str) -> None:
+        """Refuse an image whose files claim more than ``max_bytes`` in all (a "disk bomb": a 30 KB archive can hold
+        a 100 GB sparse file), before any of it is written or squashed."""
+        self._largest = max(self._largest, (m.size, key))
+        if self.max_bytes is None or self.stats.bytes + m.size <= self.max_bytes:
+            return
+        size, path = self._largest
+        raise InputError(
+            f"the image's files claim more than {self.max_bytes / 1e9:.1f} GB (the largest, /{path}, "
+            f"{size / 1e9:.1f} GB), far more than its layers hold: mksquashfs would read every byte of it, "
+            "holes included; nothing was exported.",
+            hint="Remove the giant (often sparse) file from the image and build it again; if it is meant to be "
+                 f"there, allow it with KILN_EXPORT_MAX_BYTES={int((self.stats.bytes + m.size) * 1.1)}.",
+        )
+
     def _copy(self, src: IO[bytes], out: int, m: tarfile.TarInfo) -> None:
         """The file's bytes into ``out``: runs of zeros become holes (a sparse file stays sparse), and the disk's
         free space is checked as data is written (an image that expands past it is refused, not written out)."""
-        while chunk := src.read(_CHUNK):
+        if m.sparse is None:
+            self._copy_region(src, out, m.size, m)
+        else:  # a sparse member: only its data regions are read (a 100 GB hole costs nothing)
+            raw = getattr(src, "raw", src)  # tarfile's member reader: seeks within the member, not the stream
+            for offset, size in m.sparse:
+                raw.seek(offset)
+                os.lseek(out, offset, os.SEEK_SET)
+                self._copy_region(raw, out, size, m)
+        os.ftruncate(out, m.size)
+
+    def _copy_region(self, src: IO[bytes], out: int, size: int, m: tarfile.TarInfo) -> None:
+        left = size
+        while left > 0 and (chunk := src.read(min(_CHUNK, left))):
+            left -= len(chunk)
             if chunk == _ZEROS[: len(chunk)]:
                 os.lseek(out, len(chunk), os.SEEK_CUR)
                 continue
@@ -190,7 +222,6 @@ class Flattener:
             view = memoryview(chunk)
             while view:
                 view = view[os.write(out, view):]
-        os.ftruncate(out, m.size)
 
     def _meta_fd(self, fd: int, m: tarfile.TarInfo) -> None:
         if self.is_root:
@@ -228,9 +259,19 @@ def _exists(name: str, fd: int) -> bool:
     return True
 
 
-def flatten(layers: Iterable[IO[bytes]], root: Path, progress: Callable[[int], None] | None = None) -> FlattenStats:
+def export_budget(layer_bytes: int) -> int:
+    """The most an image's files may claim in all, from what its layers hold: 32 times that plus 1 GiB (real
+    images: 2-4 times), or ``KILN_EXPORT_MAX_BYTES``."""
+    override = os.environ.get("KILN_EXPORT_MAX_BYTES", "").strip()
+    if override.isdigit():
+        return int(override)
+    return 32 * layer_bytes + (1 << 30)
+
+
+def flatten(layers: Iterable[IO[bytes]], root: Path, progress: Callable[[int], None] | None = None, *,
+            max_bytes: int | None = None) -> FlattenStats:
     """Apply each layer tar stream, in order from the base, to ``root`` (an empty directory)."""
-    f = Flattener(root)
+    f = Flattener(root, max_bytes=max_bytes)
     try:
         for i, stream in enumerate(layers):
             if progress:
