@@ -248,3 +248,34 @@ def test_a_sparse_giant_flattens_sparse_and_fast_when_allowed(tmp_path: Path) ->
     assert time.monotonic() - start < 5 and st.st_size == 100 << 30 and st.st_blocks * 512 < 1 << 20
     assert stats.bytes == 100 << 30 and stats.allocated < 1 << 20
     assert (root / "giant.bin").open("rb").read(4) == b"head"
+
+
+def _elf(path: Path, *, shoff: int, sections: int, size: int) -> Path:
+    """A sparse ELF64 file of ``size`` bytes; ``sections`` in section 0's sh_size (extended numbering)."""
+    import struct
+
+    hdr = bytearray(64)
+    hdr[0:7] = b"\x7fELF\x02\x01\x01"
+    struct.pack_into("<HHIQQQIHHHHHH", hdr, 16, 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, 0, 0)
+    with open(path, "wb") as f:
+        f.write(hdr)
+        if shoff:
+            f.seek(shoff)
+            f.write(struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, sections, 0, 0, 0, 64))
+        f.truncate(size)
+    return path
+
+
+@pytest.mark.parametrize("case", ["a billion sections", "100 GB stripped"])
+def test_giant_elf_claims_are_refused_quickly(case: str, tmp_path: Path, capsys) -> None:
+    import time
+
+    from torchkiln.cli import main
+
+    path = (_elf(tmp_path / "x.so", shoff=4096, sections=10**9, size=100 << 30) if case == "a billion sections"
+            else _elf(tmp_path / "x.so", shoff=0, sections=0, size=100 << 30))
+    start = time.monotonic()
+    code = main(["inspect", str(path)])
+    err = capsys.readouterr().err
+    assert code == 7 and "fix:" in err and "Traceback" not in err, err
+    assert time.monotonic() - start < 10
