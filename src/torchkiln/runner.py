@@ -274,6 +274,21 @@ class Runner:
                     continue
             try:
                 yield fd
+            except Exception as body_error:
+                # the reader failed: if the program failed first (`docker save` of a missing image writes nothing,
+                # which reads as "empty file"), its own error is the one to report
+                try:
+                    code = proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    code = None
+                stop(proc, grace=0)
+                proc.stdout.close()
+                if code not in (None, 0):
+                    err.seek(0)
+                    tail = "\n".join(err.read().decode("utf-8", "replace").strip().splitlines()[-self.tail_lines:])
+                    raise error(f"{what or Path(args[0]).name} failed (exit code {code}).", hint,
+                                f"$ {shown}\n{tail}".rstrip()) from body_error
+                raise
             except BaseException:
                 stop(proc, grace=0)
                 proc.stdout.close()

@@ -147,3 +147,17 @@ def test_disk_full_output_is_exit_10_not_a_spec_or_image_error() -> None:
     error = disk_full("write /var/lib/docker/tmp/x: no space left on device", "details")
     assert error is not None and error.exit_code == ExitCode.FILES and "Free space" in error.hint
     assert disk_full("some other failure") is None
+
+
+def test_a_failed_producer_of_a_pipe_is_the_error_reported_not_the_empty_stream() -> None:
+    from torchkiln.errors import InputError
+    from torchkiln.runner import Runner
+
+    runner = Runner()
+    with pytest.raises(InputError) as info, runner.pipe(
+            ["sh", "-c", "echo 'Error: No such image: acme/gone:1' >&2; exit 1"], what="docker save acme/gone:1",
+            error=lambda m, h, d: InputError(m, h or "kiln build it first", details=d)) as fd:
+        if not os.read(fd, 512):
+            raise InputError("the stream is not a readable docker-archive (empty file).")
+    assert "docker save acme/gone:1 failed (exit code 1)" in info.value.message
+    assert "No such image" in (info.value.details or "")
