@@ -161,3 +161,14 @@ def test_a_failed_producer_of_a_pipe_is_the_error_reported_not_the_empty_stream(
             raise InputError("the stream is not a readable docker-archive (empty file).")
     assert "docker save acme/gone:1 failed (exit code 1)" in info.value.message
     assert "No such image" in (info.value.details or "")
+
+
+def test_a_registry_that_never_answers_is_exit_12_not_a_login_problem() -> None:
+    from torchkiln.engines.engine import registry_failure
+    from torchkiln.runner import Completed
+
+    # what docker push printed against a socket that accepts connections and never answers (measured: 25 s)
+    out = ('Get "http://127.0.0.1:5099/v2/": net/http: request canceled (Client.Timeout exceeded while awaiting '
+           'headers)\n')
+    error = registry_failure("docker", "127.0.0.1:5099/x:1", Completed(("docker", "push"), 1, "", out, 25.0))
+    assert error is not None and error.exit_code == ExitCode.REGISTRY and "login" not in error.hint

@@ -426,7 +426,10 @@ _REGISTRY_TLS = re.compile(r"(x509:|certificate signed by unknown authority|tls:
                            re.IGNORECASE)
 _REGISTRY_DOWN = re.compile(
     r"(connection refused|no such host|i/o timeout|dial tcp|network is unreachable|no route to host|"
-    r"server misbehaving|context deadline exceeded|connection reset by peer)",
+    r"server misbehaving|context deadline exceeded|connection reset by peer|"
+    # a registry that accepts connections and never answers (docker: "net/http: request canceled (Client.Timeout
+    # exceeded while awaiting headers)")
+    r"Client\.Timeout exceeded|awaiting (response )?headers|TLS handshake timeout|request canceled)",
     re.IGNORECASE,
 )
 _DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -496,7 +499,7 @@ def registry_failure(engine: str, ref: str, result: Completed) -> KilnError | No
         )
     if _REGISTRY_DOWN.search(text):
         return RegistryError(
-            f"the registry {registry} cannot be reached (for {ref}).",
+            f"the registry {registry} cannot be reached, or does not answer (for {ref}).",
             hint=(
                 "Check the registry address in the image name (HOST:PORT/NAME:TAG), that the registry is running, "
                 "and the network or proxy between this machine and it."
