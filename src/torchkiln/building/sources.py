@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from torchkiln.contract import SECRET_CA, SECRET_UV
 from torchkiln.errors import SourceError
-from torchkiln.fsio import write_private
+from torchkiln.fsio import read_bytes, write_private
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
@@ -371,8 +371,8 @@ def check_ca_bundle(path: str) -> Path:
             f"CA bundle {path} does not exist.",
             hint="Give the PEM file of your proxy's or company's root CA with --ca-bundle or KILN_CA_BUNDLE.",
         )
-    try:
-        head = p.read_bytes()[: 1 << 20]
+    try:  # a regular file of sane size (a symlink to /dev/zero or a FIFO is refused, not read forever)
+        head = read_bytes(p, what="CA bundle", error=lambda m, h: SourceError(m, h))[: 1 << 20]
     except OSError as e:
         raise SourceError(f"CA bundle {path} cannot be read ({e.strerror}).", hint="Check its permissions.") from None
     if b"-----BEGIN CERTIFICATE-----" not in head:

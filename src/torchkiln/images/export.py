@@ -18,6 +18,7 @@ missing tool fails in a second, not after minutes of work (:class:`~torchkiln.er
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import shutil
 import tempfile
@@ -169,7 +170,8 @@ def export_image(
     sif_info: dict[str, Any] | None = None
     stats: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix=".kiln-export-", dir=dest.parent) as tmp:
-        saved = dest if fmt == "docker-archive" else Path(tmp) / "image.docker.tar"
+        # saved beside dest (same disk) and moved into place when whole: an interrupted save leaves no part of dest
+        saved = Path(tmp) / "image.docker.tar"
         say(f"saving {image} as a docker-archive ({engine.name} save)")
         engine.save(image, saved)
         with open_image(saved, tag=image) as archive:
@@ -187,6 +189,8 @@ def export_image(
                                         for d in sif.descriptors],
                             "partition_bytes": part.size if part else 0}
                 stats = flat.to_dict()
+        if fmt == "docker-archive":
+            os.replace(saved, dest)
     return ExportResult(
         image=image, format=fmt, path=dest, size=dest.stat().st_size, seconds=time.monotonic() - start,
         layers=layers, apptainer_command=apptainer_build_command(dest, fmt, image), sif=sif_info, stats=stats,
