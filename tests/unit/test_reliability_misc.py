@@ -172,3 +172,36 @@ def test_a_registry_that_never_answers_is_exit_12_not_a_login_problem() -> None:
            'headers)\n')
     error = registry_failure("docker", "127.0.0.1:5099/x:1", Completed(("docker", "push"), 1, "", out, 25.0))
     assert error is not None and error.exit_code == ExitCode.REGISTRY and "login" not in error.hint
+
+
+def test_two_builds_of_one_spec_at_once_both_succeed(tmp_path: Path) -> None:
+    """Issue #24 item 7: they shared a scratch folder, and one removed the other's id file and secrets."""
+    import shutil
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_apptainer_build import fake_apptainer
+
+    bindir, _log = fake_apptainer(tmp_path)
+    # the stand-in takes a while and then needs its secrets still in place (another build must not have
+    # removed or replaced them meanwhile)
+    script = (bindir / "apptainer").read_text().replace(
+        'echo "INFO:    Starting build..."',
+        'echo "INFO:    Starting build..."; sleep 3; cat .kiln/secrets/kiln-uv >/dev/null || exit 9')
+    (bindir / "apptainer").write_text(script)
+    project = tmp_path / "proj"
+    (project / "apps").mkdir(parents=True)
+    shutil.copyfile(ROOT / "examples" / "cpu.toml", project / "kiln.toml")
+    shutil.copyfile(ROOT / "examples" / "apps" / "cpu_app.py", project / "apps" / "cpu_app.py")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"a wheel")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env.update(PYTHONPATH=str(ROOT / "src"), KILN_CACHE_DIR=str(tmp_path / "cache"), TERM="dumb",
+               PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    procs = [subprocess.Popen([sys.executable, "-m", "torchkiln", "build", str(project), "--engine", "apptainer",
+                               "--find-links", str(wheels), "--tag", str(tmp_path / f"out{i}" / "img.sif")],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    results = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, err.decode()
+    assert not list((tmp_path / "cache" / "scratch").glob("*/secrets/*"))  # both cleaned up after themselves

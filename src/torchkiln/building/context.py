@@ -196,6 +196,19 @@ def refuse_foreign(out_dir: Path) -> None:
         )
 
 
+@contextmanager
+def _swap_lock(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``folder`` itself (no lock file is left beside the user's output)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _same_manifest(a: Path, b: Path) -> bool:
     try:
         return (a / MANIFEST).read_bytes() == (b / MANIFEST).read_bytes()
@@ -222,17 +235,18 @@ def replaced_folder(out_dir: Path) -> Iterator[Path]:
         manifest.parent.mkdir(parents=True, exist_ok=True)
         manifest.write_text(json.dumps({"written_by": "torchkiln", "files": _manifest(tmp)}, indent=1,
                                         sort_keys=True) + "\n", encoding="utf-8")
-        refuse_foreign(out_dir)  # again: someone may have put a file there while the context was written
-        if _same_manifest(out_dir, tmp):  # the same context (a second build of the spec): leave it in place
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            os.rename(out_dir, old / "ctx")
+        with _swap_lock(out_dir.parent):  # one swap at a time (two builds of one spec write the same folder)
+            refuse_foreign(out_dir)  # again: someone may have put a file there while the context was written
+            if _same_manifest(out_dir, tmp):  # the same context (a second build of the spec): leave it in place
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            old = None
+            if out_dir.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+                os.rename(out_dir, old / "ctx")
             os.rename(tmp, out_dir)
+        if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

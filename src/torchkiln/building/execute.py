@@ -14,11 +14,12 @@ runner.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from torchkiln.building.context import fetch_uv
 from torchkiln.building.emulation import builds_here, host_platform, require_emulation
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
-from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
+from torchkiln.engines.engine import BuildEvent, BuildOutcome, Engine, StepRecord, require_store
 from torchkiln.errors import BuildError, InputError, KilnError, LockError, ResolveError
 from torchkiln.images.sif import is_sif
 from torchkiln.load import engine_facts, load_plan
@@ -270,10 +271,35 @@ def execute(
             require_emulation(inv.platform, f"Building {inv.image}")
     if inv.platform != host_platform():  # the context carries the uv of the image's CPU
         fetch_uv(inv.platform, inv.sources, engine.runner)
-    inv.files.write(inv.context)
     output = inv.output_file
-    sweep_scratch(inv.scratch)
-    with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared:
+    # apptainer builds inside the context (its secrets are placed in .kiln/secrets for the run): two builds of
+    # one context take turns; docker and podman get the context at the start and the secrets by path
+    with context_turn(inv.scratch) if output is not None else contextlib.nullcontext():
+        inv.files.write(inv.context)
+        sweep_scratch(inv.scratch)
+        outcome, sources_record = _run(inv, engine, output, progress)
+    return _finish(inv, engine, output, outcome, sources_record, start)
+
+
+@contextlib.contextmanager
+def context_turn(scratch: Path) -> Iterator[None]:
+    """Hold the build's context for this process (an exclusive lock beside the scratch folders, in the cache)."""
+    import fcntl
+
+    stem = scratch.name.rpartition("-")[0]
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(scratch.parent / f"{stem}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(inv: BuildInvocation, engine: Engine, output: Path | None,
+         progress: Callable[[BuildEvent], None] | None) -> tuple[BuildOutcome, dict[str, Any]]:
+    with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context,
+                                                      secrets_dir=inv.scratch / "secrets") as prepared:
         assert prepared.secrets == inv.secrets and prepared.network == inv.network, "sources differ from the plan"
         if output is not None:
             with src.private_folder(output.parent):
@@ -287,6 +313,12 @@ def execute(
         else:
             outcome = engine.run_build(inv.command, secrets=prepared.secrets, progress=progress)
         sources_record = {**inv.sources.to_dict(), **prepared.to_dict()}
+    return outcome, sources_record
+
+
+def _finish(inv: BuildInvocation, engine: Engine, output: Path | None, outcome: BuildOutcome,
+            sources_record: dict[str, Any],
+            start: float) -> BuildSummary:
     if output is None and not outcome.image_id:
         raise InputError(
             f"{inv.engine.name} reported success but wrote no image id.",

@@ -222,7 +222,7 @@ def absolute_sources(options: ApptainerOptions, cwd: Path) -> ApptainerOptions:
 
 def partial_path(dest: Path) -> Path:
     """Where a build writes the ``.sif`` that becomes ``dest``: a private folder beside it (same disk)."""
-    return dest.parent / f".{dest.name}.partial" / dest.name
+    return dest.parent / f".{dest.name}.{os.getpid()}.partial" / dest.name  # per process: concurrent builds
 
 
 def plan_build(
