@@ -205,3 +205,12 @@ def test_two_builds_of_one_spec_at_once_both_succeed(tmp_path: Path) -> None:
     for p, (_out, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, err.decode()
     assert not list((tmp_path / "cache" / "scratch").glob("*/secrets/*"))  # both cleaned up after themselves
+
+
+def test_render_on_a_full_disk_is_exit_10_and_leaves_nothing(full_disk: Path, capsys) -> None:
+    out = full_disk / "existing" / "ctx"
+    code = main(["render", str(ROOT / "examples" / "cpu.toml"), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.FILES, err
+    assert "fix:" in err and "Traceback" not in err
+    assert os.listdir(full_disk / "existing") == []
