@@ -14,7 +14,7 @@ from torchkiln.resolve import resolve
 from torchkiln.spec import Spec, load_spec
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
 
 FactsReader = Callable[[str], "ImageFacts | None"]
 

@@ -297,7 +297,8 @@ def read_lock(path: Path) -> Lock:
         text = read_text(path, what="the lock", error=lambda m, h: LockError(m, h), hint=fix)
     except FileNotFoundError:
         raise LockError(f"--locked needs a lock, and {path} does not exist.",
-                        hint=f"Write it with `kiln lock {path.with_suffix('.toml')}` and commit it beside the spec.") from None
+                        hint=f"Write it with `kiln lock {path.with_suffix('.toml')}` and commit it beside "
+                             "the spec.") from None
     except OSError as e:
         raise LockError(f"the lock {path} cannot be read ({e.strerror or e}).", hint=fix) from None
     return parse_lock(text, path)
