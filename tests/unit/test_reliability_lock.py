@@ -143,3 +143,37 @@ def test_a_spec_that_is_not_a_text_file_is_a_spec_error(kind: str, tmp_path: Pat
     err = capsys.readouterr().err
     assert code == ExitCode.SPEC, err
     assert "fix:" in err and "Traceback" not in err
+
+
+# -- fuzzing: whatever a lock holds, reading it is a lock or a LockError ---------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_edit = st.tuples(st.sampled_from(["cut", "set", "insert"]), st.floats(0, 1), st.binary(min_size=1, max_size=12))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(_edit, min_size=1, max_size=4))
+def test_a_mangled_lock_is_a_lock_error_never_a_traceback_nor_a_silent_change(
+        edits: list[tuple[str, float, bytes]], tmp_path: Path) -> None:
+    _s, plan, _d = load_plan(ROOT / "examples" / "cpu.toml")
+    good = _lock(dataclasses.replace(plan, base_image="kiln-base:bookworm"))
+    data = bytearray(render_lock(good).encode())
+    for kind, where, blob in edits:
+        at = int(where * len(data))
+        if kind == "cut":
+            del data[at:]
+        elif kind == "set":
+            data[at:at + len(blob)] = blob
+        else:
+            data[at:at] = blob
+    path = tmp_path / "cpu.lock"
+    path.write_bytes(bytes(data))
+    try:
+        lock = read_lock(path)
+    except LockError as e:
+        assert e.exit_code == ExitCode.LOCK and "kiln lock" in e.hint
+        return
+    # accepted: then it pins exactly what was written (an edit in a comment or in spacing only)
+    assert render_lock(lock) == render_lock(good)
