@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from torchkiln.building.locking import locked_plan
 from torchkiln.cli import main
@@ -146,9 +148,6 @@ def test_a_spec_that_is_not_a_text_file_is_a_spec_error(kind: str, tmp_path: Pat
 
 
 # -- fuzzing: whatever a lock holds, reading it is a lock or a LockError ---------------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _edit = st.tuples(st.sampled_from(["cut", "set", "insert"]), st.floats(0, 1), st.binary(min_size=1, max_size=12))
 
