@@ -30,8 +30,9 @@ class ExitCode(IntEnum):
     REGISTRY = 12  # an image registry cannot be reached (down, wrong address, untrusted TLS certificate)
     REGISTRY_AUTH = 13  # an image registry refused the engine's credentials (none, wrong, no permission)
     LOCK = 14  # kiln.lock is missing, unreadable, stale against the spec, or for another platform
-    INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM is 143 and SIGHUP 129 (128 + the signal's number)
-    TERMINATED = 143
+    HANGUP = 129  # stopped by SIGHUP (128 + the signal's number, as shells report it)
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    TERMINATED = 143  # stopped by SIGTERM
 
 
 class Interrupted(KeyboardInterrupt):

@@ -214,3 +214,19 @@ def test_render_on_a_full_disk_is_exit_10_and_leaves_nothing(full_disk: Path, ca
     assert code == ExitCode.FILES, err
     assert "fix:" in err and "Traceback" not in err
     assert os.listdir(full_disk / "existing") == []
+
+
+def test_a_stop_signal_wrapped_by_python_is_still_an_interruption() -> None:
+    """SIGTERM while a dataclass is created during an import: Python wraps it in a RuntimeError."""
+    from torchkiln.cli import _interruption
+    from torchkiln.errors import Interrupted
+
+    try:
+        try:
+            raise Interrupted(15)
+        except Interrupted as inner:
+            raise RuntimeError("Error calling __set_name__") from inner
+    except RuntimeError as e:
+        found = _interruption(e)
+    assert isinstance(found, Interrupted) and found.signum == 15
+    assert _interruption(ValueError("plain")) is None

@@ -116,12 +116,29 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt as e:  # while the error itself was being reported
         return _interrupted(e)
+    except Exception as e:  # a stop signal that Python wrapped (in an import, a class body's __set_name__)
+        cause = _interruption(e)
+        if cause is None:
+            raise
+        return _interrupted(cause)
     finally:
         from torchkiln.runner import stop_children
 
         stop_children()
         for signum, handler in previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def _interruption(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or ``Interrupted``) ``e`` was raised from, if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _interrupted(e: BaseException) -> int:

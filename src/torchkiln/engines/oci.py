@@ -34,11 +34,10 @@ from torchkiln.engines.engine import (
     ProgressParser,
     RunRequest,
     build_failure,
-    disk_full,
     pushed_digest,
     registry_failure,
 )
-from torchkiln.errors import InputError
+from torchkiln.errors import InputError, disk_full
 from torchkiln.runner import ErrorFactory, Runner
 
 
