@@ -230,3 +230,28 @@ def test_a_stop_signal_wrapped_by_python_is_still_an_interruption() -> None:
         found = _interruption(e)
     assert isinstance(found, Interrupted) and found.signum == 15
     assert _interruption(ValueError("plain")) is None
+
+
+def test_an_export_that_cannot_fit_is_refused_before_anything_is_saved(full_disk: Path) -> None:
+    """Issue #24 items 4 and 10: a full disk was exit 7 "kiln build it first", after a partial save."""
+    from types import SimpleNamespace
+
+    from torchkiln.images.export import export_image
+    from torchkiln.runner import Runner
+
+    class Store:  # what export asks of the engine: the image's size, then its save (never reached here)
+        name = "docker"
+        saved = False
+
+        def inspect_image(self, image: str) -> SimpleNamespace:
+            return SimpleNamespace(size=5_000_000_000)
+
+        def save(self, image: str, dest: Path) -> Path:
+            self.saved = True
+            raise AssertionError("saved although it cannot fit")
+
+    store = Store()
+    with pytest.raises(FilesError, match="nothing was written") as info:
+        export_image("acme/x:1", "docker-archive", full_disk / "existing" / "x.tar", engine=store, runner=Runner())
+    assert info.value.exit_code == ExitCode.FILES and not store.saved
+    assert os.listdir(full_disk / "existing") == []

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from torchkiln.errors import InputError, ToolMissingError
+from torchkiln.errors import FilesError, InputError, ToolMissingError
 from torchkiln.images.archive import ImageArchive, open_image
 from torchkiln.images.confine import rmtree
-from torchkiln.images.flatten import FlattenStats, export_budget, flatten
+from torchkiln.images.flatten import FlattenStats, export_budget, flatten, free_bytes
 from torchkiln.images.oci import write_oci_archive
 from torchkiln.images.sif import MKSQUASHFS_HINT, ImageConfig, SifImage, write_image_sif
 from torchkiln.runner import Runner
@@ -147,6 +147,32 @@ def check_tools(fmt: ExportFormat) -> None:
             )
 
 
+#: what an export writes beside its destination, in image sizes (the engine's uncompressed size): the saved
+#: docker-archive; for oci-archive the archive and its copy; for sif the archive, the root file system (sparse
+#: files stay sparse) and the squashfs (about half)
+ROOM_FACTORS: dict[ExportFormat, float] = {"docker-archive": 1.0, "oci-archive": 2.0, "sif": 2.5}
+
+
+def check_room(engine: Any, image: str, fmt: ExportFormat, folder: Path) -> None:
+    """Refuse an export that cannot fit on the disk of ``folder`` before anything is saved (exit 10): the
+    image's size (as the engine reports it) times what the format writes, against the free space."""
+    inspect = getattr(engine, "inspect_image", None)
+    if inspect is None:
+        return
+    try:
+        size = int(inspect(image).size)
+    except Exception:  # noqa: BLE001 - no size known: the save says what is wrong with the image
+        return
+    need = int(size * ROOM_FACTORS[fmt])
+    free = free_bytes(folder)
+    if need > free:
+        raise FilesError(
+            f"exporting {image} ({size / 1e9:.2f} GB in {getattr(engine, 'name', 'the engine')}) as {fmt} writes about "
+            f"{need / 1e9:.1f} GB beside {folder}, and its disk has {free / 1e9:.1f} GB free; nothing was written.",
+            hint="Free space there, or write the export to a disk with more room (-o elsewhere).",
+        )
+
+
 def export_image(
     image: str,
     fmt: ExportFormat,
@@ -167,6 +193,7 @@ def export_image(
     if dest.is_dir():
         raise InputError(f"{dest} is a folder.", hint="Give the output file's path with -o.")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    check_room(engine, image, fmt, dest.parent)
     sif_info: dict[str, Any] | None = None
     stats: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix=".kiln-export-", dir=dest.parent) as tmp:
