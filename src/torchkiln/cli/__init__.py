@@ -79,6 +79,7 @@ COMMAND_MODULES = (
     "inspect",
     "export",
     "verify",
+    "prune",
 )
 
 
