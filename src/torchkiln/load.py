@@ -74,7 +74,12 @@ def load_plan(path: Path, *, facts: FactsReader | None = None,
     read = None
     if spec.torch.source == "image":
         read = (facts or image_facts)(spec.base.image)
-    return spec, resolve(spec, load_knowledge(), read), p.parent
+    plan = resolve(spec, load_knowledge(), read)
+    if plan.steps:  # [[steps]] are the user's text: reviewed with torchkiln's lint rules (lint/steps.py)
+        from torchkiln.lint.steps import check_steps
+
+        plan = check_steps(plan, str(p))
+    return spec, plan, p.parent
 
 
 def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:

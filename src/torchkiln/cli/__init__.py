@@ -80,6 +80,7 @@ COMMAND_MODULES = (
     "export",
     "verify",
     "prune",
+    "config",
 )
 
 
