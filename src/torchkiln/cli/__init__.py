@@ -74,6 +74,7 @@ COMMAND_MODULES = (
     "build",
     "push",
     "lock",
+    "knowledge",
     "run",
     "base",
     "inspect",
