@@ -10,6 +10,7 @@ README; they never change meaning.
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 
@@ -29,7 +30,18 @@ class ExitCode(IntEnum):
     REGISTRY = 12  # an image registry cannot be reached (down, wrong address, untrusted TLS certificate)
     REGISTRY_AUTH = 13  # an image registry refused the engine's credentials (none, wrong, no permission)
     LOCK = 14  # kiln.lock is missing, unreadable, stale against the spec, or for another platform
-    INTERRUPTED = 130
+    HANGUP = 129  # stopped by SIGHUP (128 + the signal's number, as shells report it)
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    TERMINATED = 143  # stopped by SIGTERM
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) turned into an exception at the CLI boundary, so that every
+    ``finally`` of the command runs (temporary files and secrets removed, child processes stopped)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class KilnError(Exception):
@@ -127,12 +139,23 @@ class FilesError(KilnError):
 
     @classmethod
     def from_os(cls, e: OSError) -> FilesError:
+        import errno
+
         where = " → ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
         what = e.strerror or str(e)
+        hints = {
+            errno.ENOSPC: "The disk is full: free space on it, or give a path on another disk.",
+            errno.EDQUOT: "Your disk quota is used up: free space in it, or give a path on another disk.",
+            errno.EACCES: "You may not read or write there: check the permissions, or give another path.",
+            errno.EPERM: "The operation is not permitted there: check the permissions, or give another path.",
+            errno.EROFS: "That file system is read-only: give a path on a writable disk.",
+            errno.ENAMETOOLONG: "A name in the path is too long for the file system: give a shorter path.",
+            errno.ENOENT: "Check that the path exists (a parent folder may be missing), or give another path.",
+        }
         return cls(
             f"{where}: {what}." if where else f"{what}.",
-            hint="Check that the path exists, that you may write there and that the disk has room; "
-                 "or give another path.",
+            hint=hints.get(e.errno or 0, "Check that the path exists, that you may write there and that the disk "
+                                         "has room; or give another path."),
         )
 
 
@@ -168,3 +191,19 @@ class LockError(KilnError):
 
     exit_code = ExitCode.LOCK
     default_hint = "Write the lock again with `kiln lock SPEC` and commit it beside the spec."
+
+
+_DISK_FULL = re.compile(r"(no space left on device|disk quota exceeded|ENOSPC|not enough free space)", re.IGNORECASE)
+
+
+def disk_full(text: str, details: str | None = None) -> KilnError | None:
+    """A FilesError when a program's output says a disk is full (the engine's storage, the cache folder, an
+    export's destination): exit 10 and a fix about space, never "fix the spec" or "build it first"."""
+    if not _DISK_FULL.search(text):
+        return None
+    return FilesError(
+        'a disk ran out of space ("no space left on device"); nothing was finished.',
+        hint="Free space on the disk named above (the engine's storage: `docker system df`; torchkiln's cache: "
+             "KILN_CACHE_DIR; an export's folder: -o), or point the output at a disk with room; then run it again.",
+        details=details,
+    )

@@ -23,6 +23,7 @@ made from.
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -154,10 +155,28 @@ class Lock:
         }
 
 
+def _sorted_wheels(wheels: Iterable[LockedWheel]) -> list[LockedWheel]:
+    return sorted(wheels, key=lambda w: (GROUPS.index(w.group), w.platform, w.name, w.version, w.url, w.sha256))
+
+
+def _digest(data: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def integrity(lock: Lock) -> dict[str, str]:
+    """The lock's own integrity: ``inputs``, a digest of what it was made from (the spec's plan inputs),
+    and ``entries``, a digest over everything it pins (inputs, base and every distribution), like the
+    hashes uv.lock and pylock.toml carry. ``kiln build --locked`` recomputes both before building."""
+    inputs = lock.inputs.to_dict()
+    base = {"image": lock.base.image, "digest": lock.base.digest, "id": lock.base.id}
+    wheels = [w.to_dict() for w in _sorted_wheels(lock.wheels)]
+    return {"inputs": _digest(inputs), "entries": _digest({"inputs": inputs, "base": base, "wheels": wheels})}
+
+
 def render_lock(lock: Lock) -> str:
     """The text of ``kiln.lock`` (deterministic: same lock, same bytes)."""
-    wheels = sorted(lock.wheels, key=lambda w: (GROUPS.index(w.group), w.platform, w.name, w.version, w.url))
-    data = {**lock.to_dict(), "wheels": [w.to_dict() for w in wheels]}
+    data = {k: v for k, v in lock.to_dict().items() if k != "wheels"}
+    data.update({"integrity": integrity(lock), "wheels": [w.to_dict() for w in _sorted_wheels(lock.wheels)]})
     return HEADER.format(version=__version__) + tomli_w.dumps(data)
 
 
@@ -211,17 +230,77 @@ def parse_lock(text: str, path: Path) -> Lock:
         if len(lw.sha256) != 64 or any(c not in "0123456789abcdef" for c in lw.sha256):
             raise _bad(path, f"{where} ({lw.name}) has no sha256 hash")
         wheels.append(lw)
-    return Lock(li, lb, tuple(wheels))
+    lock = Lock(li, lb, tuple(wheels))
+    _check_integrity(lock, data.get("integrity"), path)
+    return lock
+
+
+def _tampered(path: Path, what: str) -> LockError:
+    return LockError(
+        f"{path} was edited after `kiln lock` wrote it: {what}. A locked build installs exactly what the lock "
+        "says, so an edited lock is refused; nothing was built.",
+        hint=f"Write it again from the spec: kiln lock {path.with_suffix('.toml')} (never edit a lock; change the "
+             "spec instead), then review the diff and commit it.",
+    )
+
+
+def _check_integrity(lock: Lock, recorded: Any, path: Path) -> None:
+    """The lock's digests must match its entries, and its pins must answer its own inputs."""
+    if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), str) for k in ("inputs", "entries")):
+        raise LockError(
+            f"{path} has no [integrity] table (written by an older torchkiln, or edited), so it cannot be trusted.",
+            hint=f"Write it again: kiln lock {path.with_suffix('.toml')} (the pins are kept where the spec allows).",
+        )
+    want = integrity(lock)
+    if recorded["inputs"] != want["inputs"]:
+        raise _tampered(path, "its [inputs] do not match the digest it was written with")
+    if recorded["entries"] != want["entries"]:
+        raise _tampered(path, "its entries (base image or [[wheels]]) do not match the digest it was written with")
+    problems = unanswered(lock)
+    if problems:
+        raise _tampered(path, "its pins do not match its own inputs (" + "; ".join(problems[:3]) + ")")
+
+
+def unanswered(lock: Lock) -> list[str]:
+    """The input requirements the lock's distributions do not satisfy (a requirement with no distribution of
+    its name in its group, or none of a version it allows), per platform."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    problems: list[str] = []
+    for platform in lock.inputs.platforms:
+        for group in GROUPS:
+            have: dict[str, list[str]] = {}
+            for w in lock.wheels_of(group, platform):
+                have.setdefault(canonicalize_name(w.name), []).append(w.version)
+            for text in lock.inputs.requirements(group):
+                try:
+                    req = Requirement(text)
+                except InvalidRequirement:
+                    continue
+                if req.marker is not None or req.url:
+                    continue
+                versions = have.get(canonicalize_name(req.name))
+                if not versions:
+                    problems.append(f"{text} has no {group} distribution for {platform}")
+                elif req.specifier and not any(req.specifier.contains(v, prereleases=True) for v in versions):
+                    problems.append(f"{text} is locked as {', '.join(sorted(set(versions)))} for {platform}")
+    return problems
 
 
 def read_lock(path: Path) -> Lock:
     """The lock at ``path``; a LockError naming `kiln lock` when there is none."""
+    from torchkiln.fsio import read_text  # refuses FIFOs, devices and folders; caps the size; strict UTF-8
+
+    fix = f"Write it again: kiln lock {path.with_suffix('.toml')} (it is generated; never edit it)."
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, what="the lock", error=lambda m, h: LockError(m, h), hint=fix)
     except FileNotFoundError:
         raise LockError(f"--locked needs a lock, and {path} does not exist.",
                         hint=f"Write it with `kiln lock {path.with_suffix('.toml')}` and commit it beside "
                              "the spec.") from None
+    except OSError as e:
+        raise LockError(f"the lock {path} cannot be read ({e.strerror or e}).", hint=fix) from None
     return parse_lock(text, path)
 
 

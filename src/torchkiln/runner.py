@@ -7,6 +7,11 @@ it line by line to a callback, and on failure raises a typed ``KilnError`` whose
 the last lines of the output. Quiet by default, loud on failure (the pattern of pypa/build's
 ``_ctx.py`` and scikit-build-core's ``FailedProcessError``); written here because the standard
 library's ``subprocess`` has no such wrapper and the runner is passed in, never patched.
+
+Every child (except ``passthrough`` ones, which share the terminal) starts in a process group of its
+own; when the command stops early (Ctrl-C, SIGTERM, an error of ours) the whole group is stopped
+(SIGTERM, then SIGKILL), so a ``docker build`` never leaves its buildx plugin, nor ``kiln lock`` a
+``uv``, running. ``stop_children`` stops every group still alive (the CLI calls it on its way out).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -37,6 +43,48 @@ Classifier = Callable[["Completed"], KilnError | None]
 
 #: how much of a streamed command's output is kept in memory (the head is dropped beyond this)
 _KEEP_CHARS = 4 * 1024 * 1024
+
+
+#: the process groups of the children running now (their leaders' pids)
+_LIVE: set[int] = set()
+
+
+def _popen(args: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a process group of its own (recorded until it is waited for)."""
+    proc: subprocess.Popen[bytes] = subprocess.Popen(args, process_group=0, **kwargs)  # type: ignore[call-overload]
+    _LIVE.add(proc.pid)
+    return proc
+
+
+def _reaped(proc: subprocess.Popen[bytes]) -> None:
+    _LIVE.discard(proc.pid)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """Stop ``proc`` and everything it started (its process group): SIGTERM, then SIGKILL after ``grace`` s."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _signal_group(proc.pid, signal.SIGKILL)  # grandchildren left in the group
+    _reaped(proc)
+
+
+def stop_children() -> None:
+    """Kill every child process group still running (the CLI's last step on any early exit)."""
+    for pgid in list(_LIVE):
+        _signal_group(pgid, signal.SIGKILL)
+        _LIVE.discard(pgid)
 
 
 def _default_error(message: str, hint: str | None, details: str | None) -> KilnError:
@@ -147,20 +195,20 @@ class Runner:
             elif on_line is not None:
                 result = self._stream(args, child_env, cwd, stdin_file, on_line, timeout, start)
             else:
-                cp = subprocess.run(
-                    args,
-                    env=child_env,
-                    cwd=cwd,
-                    stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
-                    capture_output=True,
-                    timeout=timeout,
-                    check=False,
-                )
+                child = _popen(args, env=child_env, cwd=cwd,
+                               stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                try:
+                    out, err = child.communicate(timeout=timeout)
+                except BaseException:  # Ctrl-C, SIGTERM, a timeout: never leave the child (or its children) running
+                    stop(child)
+                    raise
+                _reaped(child)
                 result = Completed(
                     tuple(args),
-                    cp.returncode,
-                    cp.stdout.decode("utf-8", "replace"),
-                    cp.stderr.decode("utf-8", "replace"),
+                    child.returncode,
+                    out.decode("utf-8", "replace"),
+                    err.decode("utf-8", "replace"),
                     time.monotonic() - start,
                 )
         except subprocess.TimeoutExpired:
@@ -213,8 +261,8 @@ class Runner:
             self.echo(shown)
         with tempfile.TemporaryFile() as err:
             try:
-                proc = subprocess.Popen(args, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=err, bufsize=0)
+                proc = _popen(args, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=err, bufsize=0)
             except OSError as e:
                 raise EngineMissingError(f"`{args[0]}` cannot be started ({e.strerror}).") from None
             assert proc.stdout is not None
@@ -227,13 +275,32 @@ class Runner:
                     continue
             try:
                 yield fd
+            except Exception as body_error:
+                # the reader failed: if the program failed first (`docker save` of a missing image writes nothing,
+                # which reads as "empty file"), its own error is the one to report
+                try:
+                    code = proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    code = None
+                stop(proc, grace=0)
+                proc.stdout.close()
+                if code not in (None, 0):
+                    err.seek(0)
+                    tail = "\n".join(err.read().decode("utf-8", "replace").strip().splitlines()[-self.tail_lines:])
+                    raise error(f"{what or Path(args[0]).name} failed (exit code {code}).", hint,
+                                f"$ {shown}\n{tail}".rstrip()) from body_error
+                raise
             except BaseException:
-                proc.kill()
-                proc.wait()
+                stop(proc, grace=0)
                 proc.stdout.close()
                 raise
             proc.stdout.close()
-            code = proc.wait()
+            try:
+                code = proc.wait()
+            except BaseException:
+                stop(proc)
+                raise
+            _reaped(proc)
             if code != 0:
                 err.seek(0)
                 tail = "\n".join(err.read().decode("utf-8", "replace").strip().splitlines()[-self.tail_lines:])
@@ -250,7 +317,7 @@ class Runner:
         timeout: float | None,
         start: float,
     ) -> Completed:
-        proc = subprocess.Popen(
+        proc = _popen(
             args,
             env=env,
             cwd=cwd,
@@ -273,15 +340,11 @@ class Runner:
                     proc.kill()
                     raise subprocess.TimeoutExpired(args, timeout)
             rc = proc.wait()
+            _reaped(proc)
         except BaseException:
-            # KeyboardInterrupt, a callback's error, a timeout: never leave the child running
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            # KeyboardInterrupt, SIGTERM, a callback's error, a timeout: never leave the child (or its own
+            # children: docker's buildx plugin) running
+            stop(proc, grace=10)
             raise
         finally:
             proc.stdout.close()

@@ -705,11 +705,11 @@ def load_spec(path: Path) -> Spec:
         if p.name.lower() in ("true", "false", "yes", "no", "0", "1"):
             raise SpecError(f"{p}: no such file.", hint=f"Flags such as --json take no value: drop '{p.name}'.")
         raise SpecError(f"{p}: no such file.", hint="Give the path of a kiln.toml, or create one with `kiln init`.")
+    from torchkiln.fsio import read_text  # refuses FIFOs, devices and folders; caps the size; strict UTF-8
+
     try:
-        raw = p.read_bytes()
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"{p}: not a UTF-8 text file.", hint="kiln.toml must be TOML text.") from None
+        text = read_text(p, what="the spec", error=lambda m, h: SpecError(m, h),
+                         hint="kiln.toml must be a TOML text file (UTF-8); `kiln init` writes one.")
     except OSError as e:
         raise SpecError(f"{p}: cannot be read ({e.strerror}).", hint="Check the path and its permissions.") from None
     try:

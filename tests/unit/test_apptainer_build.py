@@ -254,7 +254,7 @@ def test_tag_names_the_sif_and_dry_run_prints_the_command_without_building(
     data = json.loads(out)
     assert data["image"] == str(tmp_path / "out" / "img.sif")
     # the command the build runs: it writes beside the destination, which it replaces only after success
-    partial = tmp_path / "out" / ".img.sif.partial" / "img.sif"
+    partial = tmp_path / "out" / f".img.sif.{os.getpid()}.partial" / "img.sif"  # one per build process
     assert data["command"][-2:] == [str(partial), str(tmp_path / "ctx" / "kiln.def")]
     assert data["writes"] == str(partial) and data["cwd"] == str(tmp_path / "ctx")
     assert (tmp_path / "ctx" / "kiln.def").is_file() and not (log / "argv").exists()

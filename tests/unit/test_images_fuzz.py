@@ -89,3 +89,88 @@ def test_mangled_inputs_never_traceback(
     assert "Traceback" not in err
     if code != ExitCode.OK:
         assert "error:" in err and "fix:" in err, err
+
+
+# -- hostile trees (issue #24): symlink swaps, deep nesting, special files, sparse giants ------------------
+
+NAMES = ["a", "b", "a/b", "a/b/c", "b/a", ".singularity.d", ".singularity.d/env", "etc", "etc/hosts",
+         "/".join(["d"] * 300), "a/" + "/".join(["n"] * 150)]
+LINK_TARGETS = ["@OUT@", "@OUT@/sub", "../../../../@REL@", "/", "/etc", "a", "b/..", "a/b", "."]
+hostile_entry = st.tuples(
+    st.sampled_from(["dir", "file", "sym", "hard", "fifo", "whiteout", "opaque", "giant"]),
+    st.sampled_from(NAMES),
+    st.sampled_from(LINK_TARGETS),
+    st.sampled_from([0o000, 0o555, 0o777, 0o4755]),
+)
+
+
+def _hostile_layer(entries: list[tuple[str, str, str, int]], outside: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for kind, name, target, mode in entries:
+            target = target.replace("@OUT@", str(outside)).replace("@REL@", str(outside).lstrip("/"))
+            ti = tarfile.TarInfo(name)
+            ti.mode, ti.uid, ti.gid, ti.mtime = mode, 4242, 4242, 0
+            if kind == "dir":
+                ti.type = tarfile.DIRTYPE
+                tf.addfile(ti)
+            elif kind in ("file", "giant"):
+                data = b"x" * 64
+                ti.size = len(data)
+                if kind == "giant":  # claims far more than the layers hold (the budget refuses it)
+                    data = bytes(1 << 20)
+                    ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+            elif kind in ("sym", "hard"):
+                ti.type = tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE
+                ti.linkname = target
+                tf.addfile(ti)
+            elif kind == "fifo":
+                ti.type = tarfile.FIFOTYPE
+                tf.addfile(ti)
+            elif kind == "whiteout":
+                head, _, base = name.rpartition("/")
+                wh = tarfile.TarInfo(f"{head}/.wh.{base}" if head else f".wh.{base}")
+                tf.addfile(wh, io.BytesIO(b""))
+            else:
+                wh = tarfile.TarInfo(f"{name}/.wh..wh..opq")
+                tf.addfile(wh, io.BytesIO(b""))
+    return buf.getvalue()
+
+
+def _snapshot(folder: Path) -> list[tuple[str, int, int, int]]:
+    out = []
+    for top, dirs, files in os.walk(folder):
+        for n in [*dirs, *files]:
+            st_ = os.lstat(os.path.join(top, n))
+            out.append((os.path.relpath(os.path.join(top, n), folder), st_.st_mode, st_.st_uid, int(st_.st_mtime)))
+    return sorted(out)
+
+
+@settings(max_examples=max(EXAMPLES // 6, 20), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(layers=st.lists(st.lists(hostile_entry, min_size=1, max_size=6), min_size=1, max_size=3))
+def test_hostile_trees_stay_inside_the_root_and_never_traceback(
+    layers: list[list[tuple[str, str, str, int]]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from torchkiln.errors import KilnError
+    from torchkiln.images.confine import rmtree
+    from torchkiln.images.flatten import flatten
+    from torchkiln.images.sif import ImageConfig, add_singularity_layout
+
+    tmp = tmp_path_factory.mktemp("hostile")
+    outside = tmp / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "file").write_text("host\n")
+    before = _snapshot(outside)
+    root = tmp / "root"
+    root.mkdir()
+    raws = [_hostile_layer(entries, outside) for entries in layers]
+    try:
+        flatten((io.BytesIO(r) for r in raws), root, max_bytes=sum(map(len, raws)) * 2)
+        add_singularity_layout(root, ImageConfig.from_json({"architecture": "amd64", "config": {}}), "x\n")
+    except KilnError as e:  # refusing the image is fine: it says why, with a fix
+        assert e.exit_code in (ExitCode.INPUT, ExitCode.FILES) and e.hint
+    assert _snapshot(outside) == before
+    rmtree(root)
+    assert not root.exists()

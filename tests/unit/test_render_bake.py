@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torchkiln.building.context import bake_context
+from torchkiln.building.context import MANIFEST, bake_context
 from torchkiln.errors import ExitCode
 from torchkiln.load import load_matrix
 from torchkiln.render.bake import BAKE_FILE, render_bake
@@ -112,7 +112,8 @@ def test_render_bake_writes_a_context_per_cell(tmp_path: Path, capsys: Any) -> N
     assert bake_problems(json.loads((out / BAKE_FILE).read_text()), out) == []
     _spec, cells, spec_dir = load_matrix(SPEC)
     assert sorted(bake_context(cells, spec_dir).texts) == sorted(
-        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and ".kiln/bin" not in str(p))
+        str(p.relative_to(out)) for p in out.rglob("*")
+        if p.is_file() and ".kiln/bin" not in str(p) and str(p.relative_to(out)) != MANIFEST)
 
 
 def test_render_bake_refuses_impossible_cells_unless_skipped(tmp_path: Path, capsys: Any) -> None:

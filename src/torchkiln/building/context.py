@@ -8,6 +8,8 @@ all of it was written, so a failure never leaves a half-written context behind.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +23,8 @@ from torchkiln.building.dockerignore import IGNORE_FILE, DockerIgnore
 from torchkiln.building.emulation import MACHINE, arch_of, host_platform
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.cache import kiln_cache_dir
-from torchkiln.errors import InputError, SourceError, SpecError
+from torchkiln.errors import InputError, KilnError, OutputError, SourceError, SpecError
+from torchkiln.fsio import write_private
 from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
@@ -73,7 +76,7 @@ def fetch_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> P
     top.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{top.name}.", dir=top.parent) as tmp:
         config = Path(tmp) / "uv.toml"
-        config.write_text(build_sources.render_uv_toml(
+        write_private(config, build_sources.render_uv_toml(
             index_url=_host_index(sources.index_url), extra_index_urls=[_host_index(u) or u for u in
                                                                         sources.extra_index_urls],
             find_links=list(sources.find_links), index_strategy=sources.index_strategy))
@@ -137,25 +140,135 @@ def place(src: Path, dest: Path, rel: str = "", ignore: DockerIgnore | None = No
     shutil.copy2(src, dest)
 
 
+#: the list of what torchkiln wrote into an output folder (relative path -> sha256, or "link:TARGET")
+MANIFEST = ".kiln/written.json"
+#: what builds add to a context they wrote (linked wheels, apptainer's secrets and labels for the run)
+_OURS_BY_NAME = ".kiln/"
+
+
+def _fingerprint(path: Path) -> str:
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entries(folder: Path) -> Iterator[tuple[str, Path]]:
+    """Every file and symlink under ``folder``, by relative path (an iterative walk: no recursion limit)."""
+    for top, dirs, files in os.walk(folder):
+        base = Path(top)
+        for name in files + [d for d in dirs if (base / d).is_symlink()]:
+            p = base / name
+            yield p.relative_to(folder).as_posix(), p
+
+
+def _manifest(folder: Path) -> dict[str, str]:
+    return {rel: _fingerprint(p) for rel, p in _entries(folder) if rel != MANIFEST}
+
+
+def foreign_entries(out_dir: Path) -> list[str]:
+    """What ``out_dir`` holds that torchkiln did not write (or that was changed since): empty when the
+    folder may be replaced. A folder without torchkiln's manifest is all foreign unless it is empty."""
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return []
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        return [out_dir.name]
+    cache = kiln_cache_dir().resolve()
+    if out_dir.resolve().is_relative_to(cache) and out_dir.resolve() != cache:
+        return []  # torchkiln's own cache folder (build contexts of earlier versions had no manifest)
+    from torchkiln.fsio import read_text
+
+    written: dict[str, str] = {}
+    manifest = out_dir / MANIFEST
+    if manifest.is_file() and not manifest.is_symlink():
+        try:
+            data = json.loads(read_text(manifest, what="manifest"))
+            written = {str(k): str(v) for k, v in data.get("files", {}).items()}
+        except (OSError, ValueError, AttributeError, KilnError):
+            written = {}
+    foreign: list[str] = []
+    for rel, p in _entries(out_dir):
+        if rel == MANIFEST and written:
+            continue
+        if rel not in written:
+            if not (written and rel.startswith(_OURS_BY_NAME)):
+                foreign.append(rel)
+        elif _fingerprint(p) != written[rel]:
+            foreign.append(f"{rel} (changed since torchkiln wrote it)")
+        if len(foreign) >= 5:
+            foreign.append("...")
+            break
+    if not foreign and not written and any(out_dir.iterdir()):
+        foreign = [next(iter(sorted(p.name for p in out_dir.iterdir())))]
+    return foreign
+
+
+def refuse_foreign(out_dir: Path) -> None:
+    """Raise ``OutputError`` (exit 2) when ``out_dir`` holds anything torchkiln did not write."""
+    foreign = foreign_entries(out_dir)
+    if foreign:
+        raise OutputError(
+            f"{out_dir} holds files not written by torchkiln ({', '.join(foreign)}); torchkiln replaces its output "
+            "folder whole, so it will not write there. Nothing was changed.",
+            hint="Give -o/--context a new or empty folder (such as a `kiln-context` folder beside the spec), or move "
+                 "your files out of it first.",
+        )
+
+
+@contextmanager
+def _swap_lock(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``folder`` itself (no lock file is left beside the user's output)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _same_manifest(a: Path, b: Path) -> bool:
+    try:
+        return (a / MANIFEST).read_bytes() == (b / MANIFEST).read_bytes()
+    except OSError:
+        return False
+
+
 @contextmanager
 def replaced_folder(out_dir: Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir`` whole.
 
-    On any failure the temporary folder is removed and ``out_dir`` is left as it was, so a render
-    never leaves a half-written folder behind.
+    ``out_dir`` must be new, empty, or a folder torchkiln wrote and nobody changed since (its
+    ``.kiln/written.json`` lists every file): anything else is refused before anything is written
+    (``refuse_foreign``), so a user's files are never removed. On any failure the temporary folder is
+    removed and ``out_dir`` is left as it was, so a render never leaves a half-written folder behind.
     """
+    refuse_foreign(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; builds (maybe under --fakeroot) and users read it
         yield tmp
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            os.rename(out_dir, old / "ctx")
+        manifest = tmp / MANIFEST
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(json.dumps({"written_by": "torchkiln", "files": _manifest(tmp)}, indent=1,
+                                        sort_keys=True) + "\n", encoding="utf-8")
+        with _swap_lock(out_dir.parent):  # one swap at a time (two builds of one spec write the same folder)
+            refuse_foreign(out_dir)  # again: someone may have put a file there while the context was written
+            if _same_manifest(out_dir, tmp):  # the same context (a second build of the spec): leave it in place
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            old = None
+            if out_dir.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+                os.rename(out_dir, old / "ctx")
             os.rename(tmp, out_dir)
+        if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -14,9 +14,11 @@ runner.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,9 @@ from torchkiln.building.emulation import (
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, ImageBuild, SifBuild, plan_spec
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
-from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
+from torchkiln.engines.engine import BuildEvent, BuildOutcome, Engine, StepRecord, require_store
 from torchkiln.errors import BuildError, InputError, KilnError, LockError, ResolveError
+from torchkiln.fsio import write_private
 from torchkiln.images.sif import is_sif
 from torchkiln.provenance import (
     SBOM_SCRIPT,
@@ -222,6 +225,30 @@ def ensure_sif_base(engine: Engine, options: ApptainerOptions, python: str, pyth
         _check_base_python(options.source, engine.inspect_image(options.source).labels, python, python_source)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_scratch(scratch: Path) -> None:
+    """Remove the scratch folders (and the secret files in them) of builds whose process is gone (killed with
+    SIGKILL, or a machine that lost power): ``NAME-DIGEST-PID`` beside this build's own."""
+    stem, _, _pid = scratch.name.rpartition("-")
+    try:
+        siblings = list(scratch.parent.iterdir())
+    except OSError:
+        return
+    for p in siblings:
+        head, _, pid = p.name.rpartition("-")
+        if head == stem and pid.isdigit() and p != scratch and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def execute(
     inv: BuildInvocation,
     engine: Engine,
@@ -243,8 +270,33 @@ def execute(
         # "exec format error" in its first step (a remote builder's kernel is its own business)
         if builds_here({**os.environ, **engine.runner.env}):
             require_emulation(inv.platform, f"Building {inv.image}")
-    inv.write_context(engine.runner)
     output = inv.output_file
+    # apptainer builds inside the context (its secrets are placed in .kiln/secrets for the run): two builds of
+    # one context take turns; docker and podman get the context at the start and the secrets by path
+    with context_turn(inv.scratch) if output is not None else contextlib.nullcontext():
+        inv.write_context(engine.runner)
+        sweep_scratch(inv.scratch)
+        outcome, sources_record = _run(inv, engine, output, progress)
+    return _finish(inv, engine, output, outcome, sources_record, start)
+
+
+@contextlib.contextmanager
+def context_turn(scratch: Path) -> Iterator[None]:
+    """Hold the build's context for this process (an exclusive lock beside the scratch folders, in the cache)."""
+    import fcntl
+
+    stem = scratch.name.rpartition("-")[0]
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(scratch.parent / f"{stem}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(inv: BuildInvocation, engine: Engine, output: Path | None,
+         progress: Callable[[BuildEvent], None] | None) -> tuple[BuildOutcome, dict[str, Any]]:
     step_secrets = {k: v for k, v in inv.secrets.items() if v.name.startswith("step-")}
     values = step_secret_values(step_secrets, os.environ)
     with (src.private_folder(inv.scratch),
@@ -264,6 +316,12 @@ def execute(
         else:
             outcome = engine.run_build(inv.command, secrets=prepared.secrets, progress=progress)
         sources_record = {**inv.sources.to_dict(), **prepared.to_dict()}
+    return outcome, sources_record
+
+
+def _finish(inv: BuildInvocation, engine: Engine, output: Path | None, outcome: BuildOutcome,
+            sources_record: dict[str, Any],
+            start: float) -> BuildSummary:
     if output is None and not outcome.image_id:
         raise InputError(
             f"{inv.engine.name} reported success but wrote no image id.",
@@ -331,9 +389,8 @@ def write_step_secrets(paths: Mapping[str, Path], values: Mapping[str, str]) -> 
     """Write each ``[[steps]]`` secret into the build's private scratch folder (mode 600), for the build only."""
     for name, path in paths.items():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(values[name])
+        path.unlink(missing_ok=True)
+        write_private(path, values[name])  # 0600 from the first byte, never through a symlink
 
 
 def installed_distributions(engine: Engine, image: str) -> list[dict[str, Any]] | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -254,10 +255,14 @@ def default_context_dir(plan: BuildPlan, spec_dir: Path) -> Path:
     return kiln_cache_dir() / "contexts" / f"{name}-{digest}"
 
 
-def scratch_dir(context: Path) -> Path:
-    """The private folder of the build of ``context`` (one build of a context runs at a time)."""
+def scratch_dir(context: Path, pid: int | None = None) -> Path:
+    """The private folder of this process's build of ``context`` (the image id file, the secret files).
+
+    One per process: two builds of one spec at once (or its runtime and dev targets) each have their
+    own, so neither removes the other's id file or secrets. Folders of processes that died without
+    cleaning up are removed by the next build (``execute.sweep_scratch``)."""
     digest = hashlib.sha256(str(context).encode()).hexdigest()[:10]
-    return kiln_cache_dir() / "scratch" / f"{context.name}-{digest}"
+    return kiln_cache_dir() / "scratch" / f"{context.name}-{digest}-{os.getpid() if pid is None else pid}"
 
 
 def sif_path(plan: BuildPlan, spec_dir: Path, tag: str | None = None) -> Path:
@@ -301,7 +306,7 @@ def step_secret_paths(plan: BuildPlan, secrets_dir: Path) -> dict[str, Path]:
 
 def partial_path(dest: Path) -> Path:
     """Where a build writes the ``.sif`` that becomes ``dest``: a private folder beside it (same disk)."""
-    return dest.parent / f".{dest.name}.partial" / dest.name
+    return dest.parent / f".{dest.name}.{os.getpid()}.partial" / dest.name  # per process: concurrent builds
 
 
 def plan_build(

@@ -14,7 +14,6 @@ The file format and the pure checks are in ``torchkiln.lock``.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,8 @@ from typing import Any
 from torchkiln.building import sources as src
 from torchkiln.building.context import find_uv
 from torchkiln.engines.engine import repository_of
-from torchkiln.errors import InputError, LockError, SourceError
+from torchkiln.errors import InputError, KilnError, LockError, SourceError
+from torchkiln.fsio import read_text, write_atomic, write_private
 from torchkiln.lock import (
     GROUPS,
     Lock,
@@ -110,8 +110,7 @@ class UvCompiler:
                 "Python.")
         with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
             d = Path(tmp)
-            (d / "uv.toml").write_text(self.uv_toml())
-            os.chmod(d / "uv.toml", 0o600)
+            write_private(d / "uv.toml", self.uv_toml())  # may hold an index token: 0600 from the start
             (d / "requirements.in").write_text("".join(f"{r}\n" for r in requirements))
             (d / "constraints.txt").write_text("".join(f"{r}\n" for r in constraints))
             base = [str(self.uv), "pip", "compile", "--config-file", str(d / "uv.toml"), "--no-header",
@@ -217,11 +216,13 @@ def lock_spec(spec_path: Path, engine: Any, *, base: str | None = None, sources:
             previous = None  # unreadable: written anew
     lock = make_lock(plan, spec_path, engine, sources, runner, upgrade=upgrade, previous=previous)
     text = render_lock(lock)
-    changed = not path.exists() or path.read_text(encoding="utf-8") != text
-    if changed:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+    try:
+        current: str | None = read_text(path, what="the lock")
+    except (OSError, KilnError):
+        current = None
+    changed = current != text
+    if changed:  # whole or not at all: a full disk or Ctrl-C leaves the old lock and no temporary file
+        write_atomic(path, text, what="lock")
     return LockResult(path, lock, time.monotonic() - start, changed)
 
 

@@ -51,6 +51,7 @@ from typing import Any, Literal
 
 from torchkiln.contract import SECRET_CA, SECRET_UV
 from torchkiln.errors import SourceError
+from torchkiln.fsio import read_bytes, write_private
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
@@ -374,8 +375,8 @@ def check_ca_bundle(path: str) -> Path:
             f"CA bundle {path} does not exist.",
             hint="Give the PEM file of your proxy's or company's root CA with --ca-bundle or KILN_CA_BUNDLE.",
         )
-    try:
-        head = p.read_bytes()[: 1 << 20]
+    try:  # a regular file of sane size (a symlink to /dev/zero or a FIFO is refused, not read forever)
+        head = read_bytes(p, what="CA bundle", error=lambda m, h: SourceError(m, h))[: 1 << 20]
     except OSError as e:
         raise SourceError(f"CA bundle {path} cannot be read ({e.strerror}).", hint="Check its permissions.") from None
     if b"-----BEGIN CERTIFICATE-----" not in head:
@@ -386,10 +387,23 @@ def check_ca_bundle(path: str) -> Path:
     return p
 
 
+def _same_file(have: Path, source: Path | None) -> bool:
+    """``have`` (in a context) is ``source``'s file: its hard link, or a copy of the same size and time."""
+    if source is None:
+        return False
+    try:
+        a, b = have.stat(), source.stat()
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) or (a.st_size == b.st_size and
+                                                           int(a.st_mtime) == int(b.st_mtime))
+
+
 def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
     """Put every distribution file of ``folders`` into ``dest``.
 
-    Distribution files already in ``dest`` are removed first, so it holds exactly the current folders' files.
+    Distribution files in ``dest`` that are not the current folders' (by name, size and time) are removed, so it
+    holds exactly the current folders' files; the same ones are kept (a concurrent build of the context reads them).
     Wheels are hard-linked (torch wheels are GBs) only into torchkiln's own cache folder, the default
     build contexts nobody edits; anywhere else (``kiln build --context DIR``) they are copied, so no
     file the user can reach aliases one of theirs.
@@ -397,12 +411,7 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
     from torchkiln.cache import kiln_cache_dir
 
     link = dest.resolve().is_relative_to(kiln_cache_dir().resolve())
-    if dest.exists():
-        for child in dest.iterdir():
-            if child.name.endswith(_DIST_SUFFIXES):
-                child.unlink()
-    dest.mkdir(parents=True, exist_ok=True)
-    names: list[str] = []
+    wanted: dict[str, Path] = {}
     for folder in folders:
         if not folder.is_dir():
             raise SourceError(
@@ -413,15 +422,23 @@ def link_wheels(folders: Sequence[Path], dest: Path) -> list[str]:
                 ),
             )
         for f in sorted(folder.iterdir()):
-            if not f.is_file() or not f.name.endswith(_DIST_SUFFIXES) or (dest / f.name).exists():
-                continue
+            if f.is_file() and f.name.endswith(_DIST_SUFFIXES):
+                wanted.setdefault(f.name, f)
+    if dest.exists():  # keep what is already there and the same (a build of the same context may be reading it)
+        for child in dest.iterdir():
+            if child.name.endswith(_DIST_SUFFIXES) and not _same_file(child, wanted.get(child.name)):
+                child.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+    for name, f in wanted.items():
+        if not (dest / name).exists():
             try:
                 if not link:
                     raise OSError("copy")
-                os.link(f, dest / f.name)
+                os.link(f, dest / name)
             except OSError:
-                shutil.copy2(f, dest / f.name)
-            names.append(f.name)
+                shutil.copy2(f, dest / name)
+        names.append(name)
     return names
 
 
@@ -442,6 +459,28 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         self.connection.sendfile(source)
 
 
+    def handle(self) -> None:
+        """A client that hangs up mid-transfer (uv cancelling a download, a build stopped) is not an error."""
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
+            self.close_connection = True
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints a traceback into the build's output for any handler error; a connection
+        closed by the client is normal, anything else is logged (``--debug``), never printed."""
+        import logging
+        import sys
+
+        e = sys.exc_info()[1]
+        if not isinstance(e, ConnectionError | TimeoutError):
+            logging.getLogger("torchkiln.sources").debug("local index server: %r from %s", e, client_address)
+
+
 @dataclass
 class LocalIndexServer:
     """Serves one folder on 127.0.0.1 (a random free port) until ``close``."""
@@ -452,7 +491,7 @@ class LocalIndexServer:
 
     def __post_init__(self) -> None:
         handler = functools.partial(_QuietHandler, directory=str(self.root))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = _QuietServer(("127.0.0.1", 0), handler)
         # a short poll interval: shutdown() waits for the next poll, and every build closes its servers
         serve = functools.partial(self.server.serve_forever, poll_interval=0.05)
         self.thread = threading.Thread(target=serve, name="kiln-index", daemon=True)
@@ -657,8 +696,7 @@ def prepare(
                     index_strategy=sources.index_strategy,
                 )
                 path = tmp / UV_TOML
-                path.write_text(uv_toml)
-                path.chmod(0o600)
+                write_private(path, uv_toml)  # holds the index token: 0600 from the first byte
                 secrets[SECRET_UV] = path
             if ca is not None:
                 secrets[SECRET_CA] = ca

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import signal
 import sys
 from typing import Annotated, cast
 
@@ -19,7 +21,7 @@ from typer.exceptions import TyperException
 
 from torchkiln import __version__
 from torchkiln.cli._common import err_console, state
-from torchkiln.errors import ExitCode, FilesError, KilnError
+from torchkiln.errors import ExitCode, FilesError, Interrupted, KilnError
 from torchkiln.redact import redact, redact_data
 
 
@@ -96,19 +98,80 @@ def load_commands(args: list[str]) -> None:
         importlib.import_module(f"torchkiln.cli.{name}")
 
 
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+#: the signals that stop a command: each raises ``Interrupted`` in the main thread, so every ``finally`` runs
+#: (temporary folders and secret files removed, child process groups stopped) before the exit code is returned
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kiln`` script; returns the exit code."""
+    previous: dict[int, object] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, _raise_interrupted)
+    except ValueError:  # not the main thread (a test's worker): signals stay as they are
+        pass
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:  # while the error itself was being reported
+        return _interrupted(e)
+    except Exception as e:  # a stop signal that Python wrapped (in an import, a class body's __set_name__)
+        cause = _interruption(e)
+        if cause is None:
+            raise
+        return _interrupted(cause)
+    finally:
+        from torchkiln.runner import stop_children
+
+        stop_children()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def _interruption(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or ``Interrupted``) ``e`` was raised from, if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _interrupted(e: BaseException) -> int:
+    signum = e.signum if isinstance(e, Interrupted) else int(signal.SIGINT)
+    try:
+        err_console.print("[red]interrupted[/red]" if signum == signal.SIGINT else
+                          f"[red]stopped by {signal.Signals(signum).name}[/red]")
+    except Exception:  # noqa: BLE001 - a closed terminal: the exit code says it
+        pass
+    return 128 + int(signum)
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    load_commands(args)
     debug = "--debug" in args
     wants_json = "--json" in args
     try:
+        load_commands(args)
         rv = app(args=args, prog_name="kiln", standalone_mode=False)
     except KilnError as e:
         if debug:
             err_console.print_exception()
         _report(e, wants_json)
         return int(e.exit_code)
+    except BrokenPipeError as e:
+        if _stdout_gone():  # `kiln ... | head`: the reader left; not an error of ours
+            return int(ExitCode.OK)
+        error = FilesError.from_os(e)
+        _report(error, wants_json)
+        return int(error.exit_code)
     except OSError as e:  # a file the library reads or writes: no traceback, a message and exit code 10
         if debug:
             err_console.print_exception()
@@ -129,10 +192,26 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"[bold]fix:[/bold] see `{escape(command)} --help` for what it takes "
                           "(flags such as --json take no value).", highlight=False)
         return int(e.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("[red]interrupted[/red]")
-        return int(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (Interrupted): cleaned up on the way here
+        if debug:
+            err_console.print_exception()
+        return _interrupted(e)
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _stdout_gone() -> bool:
+    """True when stdout's reader has gone (a closed pipe); stdout then points at /dev/null, so that the
+    interpreter's last flush does not print a BrokenPipeError of its own."""
+    try:
+        sys.stdout.flush()
+        return False
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _report(e: KilnError, wants_json: bool) -> None:
@@ -144,3 +223,15 @@ def _report(e: KilnError, wants_json: bool) -> None:
         err_console.print(redact(e.details), highlight=False, markup=False, soft_wrap=True)
     if e.hint:
         err_console.print(f"[bold]fix:[/bold] {escape(redact(e.hint))}", highlight=False, soft_wrap=True)
+
+
+def _restore_early_handlers() -> None:
+    """The modules are loaded: ``torchkiln._exit_early`` gives way to the default handlers (main() installs its own)."""
+    import torchkiln
+
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) is torchkiln._exit_early:
+            signal.signal(sig, default)
+
+
+_restore_early_handlers()

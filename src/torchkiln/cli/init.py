@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import errno
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +10,8 @@ import typer
 
 from torchkiln.cli import app
 from torchkiln.cli._common import console
-from torchkiln.errors import KilnError, OutputError
+from torchkiln.errors import FilesError, KilnError, OutputError
+from torchkiln.fsio import write_atomic
 
 STARTER = '''\
 # kiln.toml — the one spec torchkiln builds an image from. Every key is optional unless marked.
@@ -109,11 +110,22 @@ def init_cmd(
         raise KilnError(f"{target} already exists.", hint="Use --force to overwrite it, or give another path.")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(STARTER.format(name=name), encoding="utf-8")
     except (NotADirectoryError, FileExistsError):
         raise OutputError(f"{target.parent} is not a folder (a file is in the way).",
                         hint="Give a folder, or a path ending in .toml.") from None
     except OSError as e:
+        raise OutputError(f"cannot write {target} ({e.strerror}).",
+                          hint="Check the path and its permissions.") from None
+    try:  # whole or not at all: a full disk leaves no empty kiln.toml behind
+        write_atomic(target, STARTER.format(name=name), what="spec", exclusive=not force)
+    except FileExistsError:
+        raise KilnError(f"{target} already exists.",
+                        hint="Use --force to overwrite it, or give another path.") from None
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise FilesError(f"cannot write {target}: {e.strerror}; nothing was written.",
+                             hint=f"Free space on the disk of {target.parent}, or give a path on another disk."
+                             ) from None
         raise OutputError(f"cannot write {target} ({e.strerror}).",
                           hint="Check the path and its permissions.") from None
     console.print(f"wrote {target}; check it with: kiln resolve {target}")
@@ -133,12 +145,13 @@ def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
     if name:
         st.name = image_name(name) if "/" not in name else name
     text = render_starter(st, folder)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, target)
+    try:  # whole or not at all (fsio: temp in the same folder, fsync, rename)
+        write_atomic(target, text, what="spec")
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise FilesError(f"cannot write {target}: {e.strerror}; nothing was written.",
+                             hint=f"Free space on the disk of {target.parent}, or give a path on another disk."
+                             ) from None
         raise OutputError(f"cannot write {target} ({e.strerror}).",
                           hint="Check the path and its permissions.") from None
     console.print(f"wrote {target} from {', '.join(st.sources)} in {folder}", highlight=False, markup=False)

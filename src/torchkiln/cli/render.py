@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +37,12 @@ def _written(write: Callable[[], list[Path]], out: Path) -> list[Path]:
     try:
         return write()
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # a full disk: exit 10 with a fix about space (the CLI boundary), nothing left half-written
         where = f" ({e.filename})" if e.filename else ""
         raise OutputError(f"cannot write the build context to {out}: {e.strerror or e}{where}.",
                           hint="Give -o a folder in a place you can write to (it is created, or replaced "
-                          "whole).") from None
+                          "whole when torchkiln wrote it).") from None
 
 
 @app.command("render")

@@ -39,6 +39,7 @@ from torchkiln.engines.engine import (
     StepRecord,
 )
 from torchkiln.errors import BuildError, EngineMissingError, InputError
+from torchkiln.fsio import read_bytes, write_private
 from torchkiln.images.sif import INSPECT_METADATA, is_sif, read_sif
 from torchkiln.runner import Completed, Runner
 
@@ -180,9 +181,9 @@ class ApptainerEngine(Engine):
                 raise InputError(f"secret id {sid!r} cannot be a file name.")
             sdir.mkdir(parents=True, exist_ok=True)
             dest = sdir / sid
-            shutil.copyfile(src, dest)
-            dest.chmod(0o600)
+            dest.unlink(missing_ok=True)
             placed.append(dest)
+            write_private(dest, read_bytes(src, what="secret"))  # 0600 from the first byte
         if labels:
             dest = context / ".kiln" / "build.labels"
             lines = []

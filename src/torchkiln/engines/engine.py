@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from torchkiln.diagnose import diagnose, format_diagnoses
-from torchkiln.errors import BuildError, InputError, KilnError, RegistryAuthError, RegistryError, SourceError
+from torchkiln.errors import (
+    BuildError,
+    InputError,
+    KilnError,
+    RegistryAuthError,
+    RegistryError,
+    SourceError,
+    disk_full,
+)
 from torchkiln.runner import Completed, Runner
 
 EngineName = Literal["docker", "podman", "apptainer"]
@@ -488,7 +496,10 @@ _REGISTRY_TLS = re.compile(r"(x509:|certificate signed by unknown authority|tls:
                            re.IGNORECASE)
 _REGISTRY_DOWN = re.compile(
     r"(connection refused|no such host|i/o timeout|dial tcp|network is unreachable|no route to host|"
-    r"server misbehaving|context deadline exceeded|connection reset by peer)",
+    r"server misbehaving|context deadline exceeded|connection reset by peer|"
+    # a registry that accepts connections and never answers (docker: "net/http: request canceled (Client.Timeout
+    # exceeded while awaiting headers)")
+    r"Client\.Timeout exceeded|awaiting (response )?headers|TLS handshake timeout|request canceled)",
     re.IGNORECASE,
 )
 _DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -559,7 +570,7 @@ def registry_failure(engine: str, ref: str, result: Completed) -> KilnError | No
         )
     if _REGISTRY_DOWN.search(text):
         return RegistryError(
-            f"the registry {registry} cannot be reached (for {ref}).",
+            f"the registry {registry} cannot be reached, or does not answer (for {ref}).",
             hint=(
                 "Check the registry address in the image name (HOST:PORT/NAME:TAG), that the registry is running, "
                 "and the network or proxy between this machine and it."
@@ -592,6 +603,9 @@ def classify_build_failure(
                 ),
                 details=details,
             )
+    full = disk_full(text, details)  # torchkiln.errors: one wording for every command
+    if full is not None:
+        return full
     conflict = _torch_conflict(text, where, details) if failing is not None and failing.is_instruction else None
     if conflict is not None:
         return conflict

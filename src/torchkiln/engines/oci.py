@@ -37,7 +37,7 @@ from torchkiln.engines.engine import (
     pushed_digest,
     registry_failure,
 )
-from torchkiln.errors import InputError
+from torchkiln.errors import InputError, disk_full
 from torchkiln.runner import ErrorFactory, Runner
 
 
@@ -237,7 +237,8 @@ class OciEngine(Engine):
         """Write ``image`` as a docker-archive tar to ``dest``."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.runner.run(self._save_command(image, dest), what=f"{self.name} save {image}",
-                        error=self._save_error(image))
+                        error=self._save_error(image),
+                        classify=lambda r: disk_full(r.output, f"$ {r.command}\n{r.tail(10)}"))
         return dest
 
     @contextmanager

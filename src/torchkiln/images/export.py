@@ -18,6 +18,7 @@ missing tool fails in a second, not after minutes of work (:class:`~torchkiln.er
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import shutil
 import tempfile
@@ -27,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from torchkiln.errors import InputError, ToolMissingError
+from torchkiln.errors import FilesError, InputError, ToolMissingError
 from torchkiln.images.archive import ImageArchive, open_image
-from torchkiln.images.flatten import FlattenStats, flatten, make_writable
+from torchkiln.images.confine import rmtree
+from torchkiln.images.flatten import FlattenStats, export_budget, flatten, free_bytes
 from torchkiln.images.oci import write_oci_archive
 from torchkiln.images.sif import MKSQUASHFS_HINT, ImageConfig, SifImage, write_image_sif
 from torchkiln.runner import Runner
@@ -111,12 +113,13 @@ def export_archive_to_sif(
             stats = flatten(
                 (image.layer_stream(ref) for ref in layers), root,
                 lambda i: say(f"flattening layer {i + 1}/{len(layers)} ({_mb(layers[i].blob_size)})"),
+                max_bytes=export_budget(sum(ref.blob_size for ref in layers)),
             )
             say("squashing the root file system (mksquashfs)")
             sif = write_image_sif(root, dest, config, deffile_for(name), runner,
                                   image_id=image_id(image), processors=processors)
         finally:
-            make_writable(root)  # so that the temporary folder can be removed as a non-root user
+            rmtree(root)  # whatever the image held (modes, depth): iterative, no symlink followed
     return sif, stats
 
 
@@ -144,6 +147,32 @@ def check_tools(fmt: ExportFormat) -> None:
             )
 
 
+#: what an export writes beside its destination, in image sizes (the engine's uncompressed size): the saved
+#: docker-archive; for oci-archive the archive and its copy; for sif the archive, the root file system (sparse
+#: files stay sparse) and the squashfs (about half)
+ROOM_FACTORS: dict[ExportFormat, float] = {"docker-archive": 1.0, "oci-archive": 2.0, "sif": 2.5}
+
+
+def check_room(engine: Any, image: str, fmt: ExportFormat, folder: Path) -> None:
+    """Refuse an export that cannot fit on the disk of ``folder`` before anything is saved (exit 10): the
+    image's size (as the engine reports it) times what the format writes, against the free space."""
+    inspect = getattr(engine, "inspect_image", None)
+    if inspect is None:
+        return
+    try:
+        size = int(inspect(image).size)
+    except Exception:  # noqa: BLE001 - no size known: the save says what is wrong with the image
+        return
+    need = int(size * ROOM_FACTORS[fmt])
+    free = free_bytes(folder)
+    if need > free:
+        raise FilesError(
+            f"exporting {image} ({size / 1e9:.2f} GB in {getattr(engine, 'name', 'the engine')}) as {fmt} writes about "
+            f"{need / 1e9:.1f} GB beside {folder}, and its disk has {free / 1e9:.1f} GB free; nothing was written.",
+            hint="Free space there, or write the export to a disk with more room (-o elsewhere).",
+        )
+
+
 def export_image(
     image: str,
     fmt: ExportFormat,
@@ -164,10 +193,12 @@ def export_image(
     if dest.is_dir():
         raise InputError(f"{dest} is a folder.", hint="Give the output file's path with -o.")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    check_room(engine, image, fmt, dest.parent)
     sif_info: dict[str, Any] | None = None
     stats: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix=".kiln-export-", dir=dest.parent) as tmp:
-        saved = dest if fmt == "docker-archive" else Path(tmp) / "image.docker.tar"
+        # saved beside dest (same disk) and moved into place when whole: an interrupted save leaves no part of dest
+        saved = Path(tmp) / "image.docker.tar"
         say(f"saving {image} as a docker-archive ({engine.name} save)")
         engine.save(image, saved)
         with open_image(saved, tag=image) as archive:
@@ -185,6 +216,8 @@ def export_image(
                                         for d in sif.descriptors],
                             "partition_bytes": part.size if part else 0}
                 stats = flat.to_dict()
+        if fmt == "docker-archive":
+            os.replace(saved, dest)
     return ExportResult(
         image=image, format=fmt, path=dest, size=dest.stat().st_size, seconds=time.monotonic() - start,
         layers=layers, apptainer_command=apptainer_build_command(dest, fmt, image), sif=sif_info, stats=stats,

@@ -81,6 +81,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import tempfile
 import time
@@ -92,8 +93,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from torchkiln import __version__
-from torchkiln.errors import InputError, ToolMissingError
+from torchkiln.errors import InputError, ToolMissingError, disk_full
+from torchkiln.images.confine import Confined, remove_at
 from torchkiln.runner import Runner
+
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC\0"
@@ -673,62 +677,124 @@ def deffile_header(text: str) -> dict[str, str]:
     return out
 
 
-def _write(path: Path, text: str, mode: int) -> None:
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    path.chmod(mode)
+def _layout_folder(conf: Confined, rel: str, *, replace: bool) -> int | None:
+    """A descriptor of the real folder ``rel`` of the root (made where missing); a component that is a symlink or
+    a file is replaced by a folder (``replace``: apptainer's own ``/.singularity.d``) or makes it None (an image's
+    ``/etc`` symlink is the image's: left alone). Never follows a symlink."""
+    fd = os.dup(conf.fd)
+    try:
+        for part in rel.split("/"):
+            st = _lstat_at(part, fd)
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                if st is not None:
+                    if not replace:
+                        os.close(fd)
+                        return None
+                    remove_at(fd, part)
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nfd = os.open(part, _DIR_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def _stamp_layout(rootfs: Path, created: int) -> None:
+def _lstat_at(name: str, fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _write(conf: Confined, rel: str, text: str, mode: int, *, replace: bool = True) -> None:
+    """Write ``rel`` of the root (whatever was there replaced, no symlink followed)."""
+    folder, name = os.path.split(rel)
+    fd = _layout_folder(conf, folder, replace=replace)
+    if fd is None:
+        return
+    try:
+        remove_at(fd, name)
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(out, data):]
+            os.fchmod(out, mode)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _stamp_layout(conf: Confined, created: int) -> None:
     """Give what the layout wrote (and the folders it changed) the image's creation time.
 
     The same rootfs and config then squash to the same bytes (the files' times are in the squashfs),
     while the image's own files keep theirs: a ``.pyc`` checked against its source's time stays valid.
+    Every path is reached through real folders only (no symlink followed), iteratively.
     """
     stamp = (created, created)
-    touched = [rootfs / ".singularity.d", rootfs / "etc", rootfs]
-    touched += [rootfs / name for name in SYMLINKS]
-    touched += [rootfs / d for d in ROOT_DIRS]
-    for path in (rootfs / ".singularity.d").rglob("*"):
-        touched.append(path)
-    touched += [rootfs / "etc" / name for name in ("hosts", "resolv.conf")]
-    for path in touched:
-        if path.is_symlink() or path.exists():
-            os.utime(path, stamp, follow_symlinks=False)
+    os.utime(conf.fd, stamp)
+    touched = [".singularity.d", "etc", *SYMLINKS, *ROOT_DIRS, "etc/hosts", "etc/resolv.conf"]
+    pending: list[list[str]] = [[".singularity.d"]]
+    while pending:  # everything under /.singularity.d, without recursion
+        names = pending.pop()
+        fd = conf.open_real(names)
+        if fd is None:
+            continue
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    touched.append("/".join([*names, entry.name]))
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append([*names, entry.name])
+        finally:
+            os.close(fd)
+    for rel in touched:
+        folder, name = os.path.split(rel)
+        fd = conf.open_real(folder.split("/")) if folder else os.dup(conf.fd)
+        if fd is None:
+            continue
+        try:
+            if _lstat_at(name, fd) is not None:
+                os.utime(name, stamp, dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
 
 
 def add_singularity_layout(rootfs: Path, config: ImageConfig, deffile: str) -> dict[str, Any]:
-    """Write ``/.singularity.d`` (and the root symlinks) into ``rootfs``; returns the inspect metadata."""
-    sd = rootfs / ".singularity.d"
-    for d in (*ROOT_DIRS, ".singularity.d/libs", ".singularity.d/actions", ".singularity.d/env"):
-        p = rootfs / d
-        if not p.is_dir() and not p.is_symlink():
-            p.mkdir(parents=True, mode=0o755)
-    for name, target in SYMLINKS.items():
-        link = rootfs / name
-        if not link.exists() and not link.is_symlink():
-            link.symlink_to(target)
-    for name in ("hosts", "resolv.conf"):
-        etc = rootfs / "etc"
-        if etc.is_dir() and not etc.is_symlink():
-            _write(etc / name, "", 0o644)
-    for name, text in ACTIONS.items():
-        _write(sd / "actions" / name, text, 0o755)
-    for name, text in ENV_SCRIPTS.items():
-        _write(sd / "env" / name, text, 0o755)
-    _write(sd / "env" / "10-docker2singularity.sh", docker_env_script(config.env), 0o755)
-    runscript = oci_runscript(config)
-    _write(sd / "runscript", runscript, 0o755)
-    _write(sd / "startscript", STARTSCRIPT, 0o755)
-    labels = sif_labels(config, deffile_header(deffile))
-    _write(sd / "labels.json", _go_json(labels, indent="\t"), 0o644)
-    _write(sd / "Singularity", deffile, 0o644)
-    _stamp_layout(rootfs, config.created)
+    """Write ``/.singularity.d`` (and the root symlinks) into ``rootfs``; returns the inspect metadata.
+
+    Every write goes through :mod:`torchkiln.images.confine`-style descriptors of ``rootfs``: an image whose
+    ``/.singularity.d`` or ``/etc`` is a symlink (to ``/``, say) changes nothing outside ``rootfs``."""
+    with Confined(rootfs) as conf:
+        for d in ROOT_DIRS:
+            fd = _layout_folder(conf, d, replace=False)  # an image's own symlink (var/tmp -> /tmp) is kept
+            if fd is not None:
+                os.close(fd)
+        for d in (".singularity.d/libs", ".singularity.d/actions", ".singularity.d/env"):
+            fd = _layout_folder(conf, d, replace=True)
+            if fd is not None:
+                os.close(fd)
+        for name, target in SYMLINKS.items():
+            if _lstat_at(name, conf.fd) is None:
+                os.symlink(target, name, dir_fd=conf.fd)
+        for name in ("hosts", "resolv.conf"):
+            _write(conf, f"etc/{name}", "", 0o644, replace=False)
+        for name, text in ACTIONS.items():
+            _write(conf, f".singularity.d/actions/{name}", text, 0o755)
+        for name, text in ENV_SCRIPTS.items():
+            _write(conf, f".singularity.d/env/{name}", text, 0o755)
+        _write(conf, ".singularity.d/env/10-docker2singularity.sh", docker_env_script(config.env), 0o755)
+        runscript = oci_runscript(config)
+        _write(conf, ".singularity.d/runscript", runscript, 0o755)
+        _write(conf, ".singularity.d/startscript", STARTSCRIPT, 0o755)
+        labels = sif_labels(config, deffile_header(deffile))
+        _write(conf, ".singularity.d/labels.json", _go_json(labels, indent="\t"), 0o644)
+        _write(conf, ".singularity.d/Singularity", deffile, 0o644)
+        _stamp_layout(conf, config.created)
     return {
         "data": {
             "attributes": {
@@ -762,6 +828,7 @@ def mksquashfs(
     runner.run(
         cmd, what="mksquashfs", install_hint=MKSQUASHFS_HINT,
         error=lambda m, h, d: InputError(m, h or "Check the free space next to the output file.", details=d),
+        classify=lambda r: disk_full(r.output, f"$ {r.command}\n{r.tail(10)}"),
     )
     with dest.open("rb") as f:
         if f.read(4) != SQUASHFS_MAGIC:

@@ -124,6 +124,10 @@ _KINDS: dict[int, Kind] = {1: "ptx", 2: "sass", 8: "ltoir"}
 _MIN_ENTRY_HEADER = _ENTRY.size
 _MAX_ENTRY_HEADER = 4096
 _SCAN_CHUNK = 16 << 20
+#: section headers an ELF file may claim (the largest CUDA libraries hold < 100,000)
+MAX_SECTIONS = 1 << 20
+#: the most of a stripped ELF file scanned for fat binaries (the largest CUDA libraries are ~2 GB)
+MAX_SCAN_BYTES = 8 << 30
 
 Kind = Literal["sass", "ptx", "ltoir", "unknown"]
 
@@ -435,6 +439,8 @@ def elf_sections(read_at: ReadAt, size: int) -> list[ElfSection] | None:
         shstrndx = first[6]
     if shnum == 0:
         return None
+    if shnum > MAX_SECTIONS:  # the largest real libraries hold tens of thousands; 10^9 would exhaust the memory
+        raise FatbinError(f"the ELF header claims {shnum:,} sections (more than {MAX_SECTIONS:,}): not a real library")
     if shoff + shnum * shentsize > size:
         raise FatbinError(
             f"ELF section headers end at {shoff + shnum * shentsize} but the file has only {size} bytes (truncated)"
@@ -517,6 +523,9 @@ def read_fatbins(source: Source, *, all_sections: bool = False) -> FatbinListing
         e_type, machine = _elf_header(src.read_at(0, 64))
         table = elf_sections(src.read_at, src.size)
         if table is None:
+            if src.size > MAX_SCAN_BYTES:  # a stripped file is scanned whole: refuse a giant (often sparse) one
+                raise FatbinError(f"an ELF file of {src.size / 1e9:.1f} GB without section headers (more than "
+                                  f"{MAX_SCAN_BYTES / 1e9:.0f} GB to scan): not a real library")
             return FatbinListing(tuple(scan_containers(src.read_at, src.size)), "scan", (), e_type, machine)
         sections = [(t.name, t.offset, t.size) for t in table if t.name in FATBIN_SECTIONS and t.type != SHT_NOBITS]
         names = tuple(name for name, _, _ in sections)
