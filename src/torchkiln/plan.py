@@ -143,6 +143,30 @@ class LockPins:
 
 
 @dataclass(frozen=True)
+class ProjectPlan:
+    """``[project]``: the project's dependencies (its lock's or requirements' lines) and its own package."""
+
+    root: str  # the project's folder, relative to the spec's ("." or a monorepo's "services/trainer")
+    name: str  # canonical project name ("" when it has none)
+    source: str  # where the dependencies come from: "uv.lock", "requirements", "pyproject", "none"
+    files: tuple[str, ...]  # the project files read (relative to the spec's folder)
+    #: dependency lines as uv reads them (hashes and markers kept), in install order; torch's closure excluded
+    requirements: tuple[str, ...]
+    names: tuple[str, ...]  # the canonical name of each requirement line
+    #: from a lock that pins torch: torch and everything it needs, hashed (the torch layer installs these)
+    torch_requirements: tuple[str, ...]
+    constraints: tuple[str, ...]  # the -c lines of the requirements files
+    hashed: bool  # every line carries hashes: installs run with --require-hashes
+    package: bool  # the project is a package: built into a wheel, installed in a layer of its own
+    compiled: bool  # its build compiles against torch (a C++/CUDA extension in the tree)
+    build_requires: tuple[str, ...]
+    scm_version: bool  # its version comes from git, which a build context lacks: a version is given
+    wheel_deps: bool  # its dependencies are known only from its wheel (setup.py): the project layer resolves them
+    entries: tuple[str, ...]  # the project's top-level files and folders the build context carries
+    torch_from: str  # where the project pins torch ("" = torch is torchkiln's choice)
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     image_name: str
     tag: str
@@ -175,6 +199,8 @@ class BuildPlan:
     platform: str = "linux/amd64"
     #: set by ``kiln build --locked`` (``torchkiln.building.locking.locked_plan``): install exactly these pins
     locked: LockPins | None = None
+    #: ``[project]``: the project's dependencies and its own package (``torchkiln.resolve.project``)
+    project: ProjectPlan | None = None
 
     @property
     def image_ref(self) -> str:
@@ -219,4 +245,5 @@ class BuildPlan:
             "sources": d["sources"],
             "decisions": d["decisions"],
             "warnings": list(self.warnings),
+            "project": d["project"],
         }

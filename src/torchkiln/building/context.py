@@ -25,6 +25,7 @@ from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
 from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, apptainer_files
 from torchkiln.render.dockerfile import context_files
+from torchkiln.render.project import context_copies as project_copies
 from torchkiln.runner import Runner
 
 
@@ -187,7 +188,8 @@ def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
-              **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)}}
+              **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)},
+              **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
     return ContextFiles(context_files(plan), copies)
 
 
