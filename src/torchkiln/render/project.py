@@ -186,7 +186,9 @@ def stage_project_build(plan: BuildPlan) -> list[str]:
         ins.SHELL,
     ]
     if p.compiled and parent != "toolchain":
-        lines += ins.apt_install(("build-essential",))
+        from torchkiln.render import extensions as ext
+
+        lines += ext._builder_apt(plan, plan.python_exe)  # g++, ccache and Python's headers when the base lacks them
     env = []
     if p.scm_version:
         env.append(f"export SETUPTOOLS_SCM_PRETEND_VERSION=${{SETUPTOOLS_SCM_PRETEND_VERSION:-{SCM_VERSION}}}")

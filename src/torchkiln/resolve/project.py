@@ -169,6 +169,10 @@ def resolve_project(spec: Spec, kb: Knowledge, facts: ImageFacts | None, project
             raise
         raise _rewrap(e, pin) from None
     _companion_problems(plan, project, kb)
+    if pin is not None and pin.local and "+" not in plan.torch.requirement:
+        # the default index's build of this variant has no label; the project's pin names it: keep the pin's
+        plan = replace(plan, torch=replace(plan.torch, requirement=f"torch=={pin.version}+{pin.local}",
+                                           on_default_index=False))
     decisions = list(plan.decisions)
     if pin is not None:
         decisions.append(Decision("torch from the project", plan.torch.requirement,
