@@ -108,5 +108,12 @@ def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:
             hint="Drop --matrix to use the spec as it is, or add a [matrix] table (docs/matrix.md), e.g. "
                  '`python = ["3.11", "3.12"]` under [matrix].',
         )
+    if spec.project is not None:
+        raise SpecError(
+            f"{p}: [matrix] with [project] is not supported yet: each cell would need its own resolution of the "
+            "project's dependencies.",
+            hint="Build the project without --matrix (one spec per torch/CUDA cell), or list the dependencies in "
+                 "[packages] pip for a matrix.",
+        )
     cells = expand(spec, origin=str(p))
     return spec, cell_tags(spec, resolve_matrix(cells, load_knowledge()), origin=str(p)), p.parent

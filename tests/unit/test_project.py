@@ -243,6 +243,18 @@ def test_project_dockerfile_matches_golden(name: str) -> None:
     assert text == golden.read_text()
 
 
+@pytest.mark.parametrize("name", ("uvlock-src", "requirements-train", "cpp-ext"))
+def test_project_definition_matches_golden(name: str) -> None:
+    from torchkiln.render.apptainer import render_apptainer
+
+    text = render_apptainer(_plan(name))
+    golden = GOLDEN / f"{name}.def"
+    if os.environ.get("KILN_UPDATE_GOLDENS") == "1":
+        golden.write_text(text)
+    assert text == golden.read_text()
+    assert "/kiln/project" in text
+
+
 def test_lock_render_installs_each_package_hashed_without_resolving_and_the_wheel_last() -> None:
     plan = _plan("uvlock-src")
     files = context_files(plan)

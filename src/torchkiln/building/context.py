@@ -237,7 +237,8 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
                         hint="Rename or move it into a sub-folder.")
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
               **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
-              **{item: spec_dir / item for item in local if item is not None}}
+              **{item: spec_dir / item for item in local if item is not None},
+              **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
     return ContextFiles(texts, copies)
 
 

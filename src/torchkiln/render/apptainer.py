@@ -54,6 +54,7 @@ from torchkiln.contract import (
 )
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
+from torchkiln.render import project as proj
 from torchkiln.render.instructions import drop_torch_tests, rendered_by
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
@@ -301,6 +302,7 @@ def builder_stage(plan: BuildPlan, options: ApptainerOptions) -> list[list[str]]
         "",
         *post_torch(plan),
         *([""] + post_packages(plan) if plan.pip_packages else []),
+        *([""] + proj.apptainer_post(plan) if plan.project else []),
         "",
         *post_extensions(plan, purge=False),
     ]
@@ -364,7 +366,8 @@ def _builder_files(plan: BuildPlan) -> dict[str, str]:
 def _build_tools(plan: BuildPlan) -> list[str]:
     """Compilers for the extension stage that the spec does not ask to keep (removed after it)."""
     if not _compiled(plan):
-        return []
+        compiled_project = plan.project is not None and plan.project.compiled and plan.torch.image is None
+        return [t for t in ("build-essential",) if t not in plan.apt_packages] if compiled_project else []
     if plan.torch.image is not None:  # a development image has its compilers: none added, none purged
         return [t for t in (plan.toolchain.apt if plan.toolchain else ()) if t not in plan.apt_packages]
     tools = ["build-essential"] + (["git"] if any(e.git for e in _compiled(plan)) else [])
@@ -451,7 +454,7 @@ def post_torch(plan: BuildPlan) -> list[str]:
     return [
         _comment("stage torch: torch and its companions only, then frozen into the constraints file that"),
         _comment("pins them for every later install (nothing after this can replace torch)"),
-        _install(f"-r {KILN}/requirements-torch.txt"),
+        _install(f"{proj.torch_require_hashes(plan).lstrip()} -r {KILN}/requirements-torch.txt".lstrip()),
         drop_torch_tests(plan),
         "mkdir -p /etc/pip",
         f"{UV} pip freeze --python {VENV}/bin/python > {CONSTRAINTS}",
@@ -587,6 +590,7 @@ def section_post(plan: BuildPlan) -> list[str]:
             post_venv(plan),
             post_torch(plan),
             post_packages(plan),
+            proj.apptainer_post(plan),
             post_extensions(plan),
             post_app(plan),
         ]
@@ -687,7 +691,7 @@ def scriptlets(text: str) -> dict[str, str]:
 
 def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) -> dict[str, str]:
     """Every generated text file of the Apptainer build folder, by relative path (sorted)."""
-    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
+    torch_reqs = proj.torch_requirements(plan) or [plan.torch.requirement, *plan.torch.companions]
     files = {
         DEFFILE: render_apptainer(plan, options),
         ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
@@ -697,5 +701,6 @@ def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) ->
         ".kiln/wheels/.keep": "",
         ".kiln/secrets/.keep": "",
         **_builder_files(plan),
+        **proj.context_files(plan),
     }
     return dict(sorted(files.items()))

@@ -277,3 +277,39 @@ def context_copies(plan: BuildPlan) -> dict[str, str]:
         return {}
     root = "" if p.root == "." else p.root.rstrip("/") + "/"
     return {f"{SRC}/{e}": f"{root}{e}" for e in p.entries}
+
+
+# -- the Apptainer definition ------------------------------------------------------------------------
+
+
+def apptainer_post(plan: BuildPlan) -> list[str]:
+    """The definition's %post lines for the project: its dependencies (the lock's exactly), then its own
+    package built into a wheel and installed (a .sif has no layers: one stage after the packages)."""
+    from torchkiln.contract import KILN
+
+    p = plan.project
+    if p is None:
+        return []
+    py = f"{VENV}/bin/python"
+    lines = [f"# stage project: the dependencies from {p.source}" + (", then its own package as a wheel"
+                                                                    if p.package else "")]
+    extra = f" -c {KILN}/project/constraints.txt" if p.constraints else ""
+    if p.requirements:
+        hashes = " --require-hashes" if locked(plan) and p.hashed else ""
+        lines.append(f"{UV} pip install --python {py}{hashes} -c {CONSTRAINTS}{extra} -r {KILN}/project/requirements.txt")
+    if p.package:
+        if p.build_requires:
+            lines.append(f"{UV} pip install --python {py} -c {CONSTRAINTS} "
+                         + " ".join(shlex.quote(r) for r in p.build_requires))
+        if p.scm_version:
+            lines.append(f"export SETUPTOOLS_SCM_PRETEND_VERSION=${{SETUPTOOLS_SCM_PRETEND_VERSION:-{SCM_VERSION}}}")
+        lines += [
+            f"{UV} build --wheel --no-build-isolation --python {py} --out-dir /tmp/kiln-project {KILN}/project-src",
+            f"{UV} pip install --python {py}{'' if p.wheel_deps else ' --no-deps'} -c {CONSTRAINTS} "
+            "/tmp/kiln-project/*.whl",
+            "rm -rf /tmp/kiln-project",
+        ]
+    if project_files(plan):
+        wd = shlex.quote(plan.app.workdir)
+        lines += [f"mkdir -p {wd}", f"cp -R {KILN}/project-src/. {wd}/"]
+    return lines
