@@ -122,6 +122,9 @@ class SourcesPlan:
     find_links: tuple[str, ...]
     torch_index: str | None
     network: Literal["default", "host"]
+    #: the PyTorch index the project takes torch from ([tool.uv.sources], a requirements file): the build's
+    #: torch index when no flag, variable, [sources] entry or wheel folder names any package source
+    project_torch_index: str | None = None
 
 
 @dataclass(frozen=True)

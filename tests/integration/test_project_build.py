@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ def _build(engine: Engine, spec: Path, base: str, mirror: Any, context: Path, ta
 
 def _ran(summary: Any) -> list[tuple[str, str]]:
     """(stage, instruction) of every step the build ran (not taken from the cache), FROM lines aside."""
-    return [(s.stage, s.title) for s in summary.steps
+    return [(s.stage, s.name) for s in summary.steps
             if s.is_instruction and s.status == "done" and not s.name.startswith("FROM")]
 
 
@@ -60,7 +61,8 @@ def test_uv_lock_project_builds_runs_and_an_edit_rebuilds_only_the_project_layer
         assert first.image
 
         init = project / "src" / "tinyproj" / "__init__.py"
-        init.write_text(init.read_text().replace("tinyproj v1", "tinyproj v2"))
+        edit = f"tinyproj v2-{time.time_ns()}"  # new each run: an earlier run's edit would be a cache hit
+        init.write_text(init.read_text().replace("tinyproj v1", edit))
         second = _build(docker_engine, project, offline_base, cpu_mirror, context, tag)
         ran = _ran(second)
         stages = {stage for stage, _ in ran}
@@ -69,7 +71,7 @@ def test_uv_lock_project_builds_runs_and_an_edit_rebuilds_only_the_project_layer
         installs = [t for stage, t in ran if stage == "runtime" and "project-wheel" in t]
         assert len(installs) == 1, ran  # the one layer that installs the project's wheel
         r = docker_engine.run(tag, ["tinyproj"], check=False)
-        assert "tinyproj v2" in r.stdout, r.stdout + r.stderr
+        assert edit in r.stdout, r.stdout + r.stderr
     finally:
         docker_engine.remove_image(tag)
 

@@ -298,3 +298,31 @@ def test_monorepo_context_carries_only_the_subfolder() -> None:
 def test_project_plan_is_in_the_json() -> None:
     d = _plan("uvlock-src").to_dict()
     assert d["project"]["source"] == "uv.lock" and d["project"]["torch_from"].startswith("uv.lock: torch")
+
+
+def test_project_python_version_and_requires_python(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\nrequires-python = ">=3.12"\n')
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[project]\n')
+    with pytest.raises(ResolveError, match=r"requires Python >=3.12.*image's Python is 3.11"):
+        load_plan(tmp_path)
+    (tmp_path / ".python-version").write_text("3.12\n")
+    assert load_plan(tmp_path)[1].python == "3.12"
+
+
+def test_unpinned_torch_takes_the_variant_of_the_named_pytorch_index(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("--extra-index-url https://download.pytorch.org/whl/cpu\ntorch>=2.10\n")
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[project]\n')
+    plan = load_plan(tmp_path)[1]
+    assert plan.torch.variant == "cpu" and plan.torch.version == load_knowledge().all_patches()[0]
+
+
+def test_the_project_torch_index_is_the_fallback_source_only() -> None:
+    from torchkiln.building.sources import SourceLayer, resolve_sources
+
+    plan = _plan("uvlock-src")
+    assert plan.sources.project_torch_index == "https://download.pytorch.org/whl/cpu"
+    alone = resolve_sources(flags=SourceLayer("flag"), env={}, plan_sources=plan.sources, spec_dir=PROJECTS)
+    assert alone.torch_index == "https://download.pytorch.org/whl/cpu" and ("torch_index", "project") in alone.origins
+    mirrored = resolve_sources(flags=SourceLayer("flag", find_links=("/srv/wheels",)), env={},
+                               plan_sources=plan.sources, spec_dir=PROJECTS)
+    assert mirrored.torch_index is None

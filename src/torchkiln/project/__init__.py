@@ -98,6 +98,10 @@ class ProjectFacts:
     extras: tuple[str, ...]
     groups: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    #: a PyTorch index the project names for an unpinned torch (its variant is the project's choice)
+    torch_index: str = ""
+    python: str = ""  # the project's Python from .python-version ("3.12"), "" = none
+    requires_python: str = ""  # [project] requires-python
 
     @property
     def hashed(self) -> bool:
@@ -362,6 +366,7 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
     constraints: list[str] = []
     torch: TorchPin | None = None
     wheel_deps = False
+    torch_index = ""
     source: Literal["uv.lock", "requirements", "pyproject", "none"] = "none"
     lock_path = find_lock(root, spec_dir)
     req_files = [root / r for r in requirements] or ([root / "requirements.txt"]
@@ -422,6 +427,7 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         if uv_index:
             indexes.insert(0, (uv_index, f"{rel(pp)} [tool.uv.sources] torch"))
         torch = _requirement_torch(reqs, indexes)
+        torch_index = indexes[0][0] if indexes and torch is None else ""
     wanted = tuple((r.line.split(" --hash", 1)[0], r.where) for r in reqs if r.name == "torch") if torch is None \
         else ()
     # torch itself (and, from a lock, its closure) is installed by the torch layer: never by the project's steps
@@ -432,7 +438,25 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         torch=torch, torch_wanted=wanted, package=package, compiled=compiled,
         build_requires=tuple(build_requires), scm_version=scm, wheel_deps=wheel_deps,
         entries=project_entries(root), extras=tuple(extras), groups=tuple(groups), notes=tuple(notes),
+        torch_index=torch_index, python=_python_version(root, spec_dir),
+        requires_python=str(project.get("requires-python", "")),
     )
+
+
+def _python_version(root: Path, bound: Path) -> str:
+    """The Python of uv's ``.python-version`` (in the project's folder or above, up to ``bound``), as "3.12"."""
+    here, top = root.resolve(), bound.resolve()
+    while True:
+        f = here / ".python-version"
+        if f.is_file():
+            for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+                m = re.search(r"(?:^|[^\d.])(3\.\d{1,2})(?:\.\d+)?\s*$", line.strip())
+                if m and not line.lstrip().startswith("#"):
+                    return m.group(1)
+            return ""
+        if here == top or top not in here.parents:
+            return ""
+        here = here.parent
 
 
 def _find_uv() -> str:

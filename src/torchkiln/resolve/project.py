@@ -69,7 +69,14 @@ def project_torch_spec(spec: Spec, project: ProjectFacts) -> Spec:
 
 
 def _wanted_spec(spec: Spec, project: ProjectFacts) -> Spec:
-    """A project that names torch without pinning it ("torch>=2.4"): the spec's torch must satisfy it."""
+    """A project that names torch without pinning it ("torch>=2.4"): the spec's torch must satisfy it; a PyTorch
+    index it names for torch chooses the variant when the spec leaves ``cuda`` to torchkiln."""
+    if project.torch_index and spec.torch.cuda == "auto" and spec.torch.source == "wheel":
+        from torchkiln.project import TorchPin
+
+        cuda = TorchPin("", "", project.torch_index, "").cuda
+        if cuda != "auto":
+            spec = spec.model_copy(update={"torch": spec.torch.model_copy(update={"cuda": cuda})})
     wanted = [(text, where) for text, where in project.torch_wanted if str(Requirement(text).specifier)]
     if not wanted or spec.torch.source != "wheel":
         return spec
@@ -88,6 +95,25 @@ def _wanted_spec(spec: Spec, project: ProjectFacts) -> Spec:
             f"{where} requires {text}, but the spec's [torch] version is {spec.torch.version}.",
             hint=f"Set [torch] version to a release that satisfies {text} (or remove it and let torchkiln choose), "
             "or relax the project's torch requirement.")
+    return spec
+
+
+def _python_spec(spec: Spec, project: ProjectFacts) -> Spec:
+    """The project's Python (uv's .python-version) when the spec names none; it must satisfy requires-python."""
+    if "version" not in spec.python.model_fields_set and project.python:
+        spec = spec.model_copy(update={"python": spec.python.model_copy(update={"version": project.python})})
+    if project.requires_python:
+        try:
+            ok = Version(spec.python.version) in SpecifierSet(project.requires_python) or Version(
+                spec.python.version + ".99") in SpecifierSet(project.requires_python)
+        except (InvalidSpecifier, ValueError):
+            ok = True
+        if not ok:
+            raise ResolveError(
+                f"the project requires Python {project.requires_python} ([project] requires-python), but the image's "
+                f"Python is {spec.python.version}.",
+                hint="Set [python] version to a release that satisfies it (e.g. in [tool.kiln.python] or kiln.toml), "
+                "or give the project a .python-version file.")
     return spec
 
 
@@ -160,7 +186,7 @@ def resolve_project(spec: Spec, kb: Knowledge, facts: ImageFacts | None, project
             "installed over the base image's own torch without the checks a torchkiln venv gets.",
             hint="Use [torch] source = \"wheel\" (the default) with [project], or list the dependencies in "
             "[packages] pip.")
-    effective = project_torch_spec(spec, project)
+    effective = project_torch_spec(_python_spec(spec, project), project)
     pin = project.torch
     try:
         plan = own(effective, kb, facts)
@@ -181,6 +207,12 @@ def resolve_project(spec: Spec, kb: Knowledge, facts: ImageFacts | None, project
         decisions.append(Decision("torch for the project", plan.torch.requirement,
                                   "the project does not pin torch: torchkiln's torch constrains the project's install "
                                   "(the constraints file), so no dependency can replace it", ""))
+    if pin is not None and pin.index and not plan.torch.on_default_index:
+        plan = replace(plan, sources=replace(plan.sources, project_torch_index=pin.index))
+        decisions.append(Decision(
+            "torch index from the project", pin.index,
+            "the build takes torch from it when no flag, KILN_* variable, [sources] entry or wheel folder names a "
+            "package source (a mirror keeps precedence)", ""))
     what = {"uv.lock": "exactly the lock (uv export --frozen, hashes kept)",
             "requirements": "the requirements files' lines" + (" and the pyproject's dependencies" if project.name
                                                                 else ""),
