@@ -68,8 +68,7 @@ def main() -> int:
                   " steps", file=sys.stderr)
         result = {
             "workload": "tests/fixtures/projects/uvlock-src (uv.lock, CPU torch 2.13.0, hatchling package)",
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "engine": engine.info.version
-                        if hasattr(engine, "info") else ""},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "engine": str(getattr(engine, "info", ""))[:200]},
             "first_build_seconds": round(warm.build_seconds, 3),
             "edit_rebuild_engine_seconds": {"median": round(statistics.median(r["build_seconds"] for r in rounds), 3),
                                             "min": min(r["build_seconds"] for r in rounds),

@@ -91,7 +91,7 @@ def read_project_of(spec: Spec, spec_dir: Path) -> ProjectFacts | None:
 
     pr = spec.project
     return read_project(spec_dir, pr.path, extras=tuple(pr.extras), groups=tuple(pr.groups),
-                        requirements=tuple(pr.requirements))
+                        requirements=tuple(pr.requirements), script=pr.script)
 
 
 def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:

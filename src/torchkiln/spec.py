@@ -349,6 +349,17 @@ class ProjectSpec(_Strict):
         default_factory=list,
         description="requirements files to install, relative to the project (default: requirements.txt when present; "
                     "a uv.lock wins)")
+    script: str | None = Field(
+        default=None,
+        description="a single-file script with PEP 723 inline metadata (# /// script): its dependencies are the "
+                    "project's, and it is the default command")
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith("/") or ".." in Path(v).parts or not v.endswith(".py")):
+            raise ValueError(f"{v!r} must be a .py file inside the project's folder (relative, no '..')")
+        return v
 
     @field_validator("path")
     @classmethod

@@ -21,7 +21,7 @@ from torchkiln.spec import load_spec, parse_spec, spec_home, spec_notes
 ROOT = Path(__file__).parents[2]
 PROJECTS = ROOT / "tests" / "fixtures" / "projects"
 GOLDEN = ROOT / "tests" / "golden" / "project"
-BUILDABLE = ("uvlock-src", "requirements-train", "extras-groups", "cpp-ext", "monorepo")
+BUILDABLE = ("uvlock-src", "requirements-train", "extras-groups", "cpp-ext", "monorepo", "pep723-script")
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -89,6 +89,16 @@ def test_monorepo_subfolder_is_the_project() -> None:
     assert facts is not None and facts.root == "services/trainer" and facts.name == "trainer"
     assert facts.files == ("services/trainer/pyproject.toml",)
     assert facts.entries == ("pyproject.toml", "trainer")
+
+
+def test_pep723_script_metadata_is_the_project() -> None:
+    spec = load_spec(PROJECTS / "pep723-script")
+    facts = read_project_of(spec, PROJECTS / "pep723-script")
+    assert facts is not None and facts.source == "script" and facts.files == ("train.py",)
+    assert [r.name for r in facts.requirements] == ["six"] and facts.torch_wanted[0][0] == "torch>=2.10"
+    assert facts.requires_python == ">=3.10" and not facts.package
+    plan = load_plan(PROJECTS / "pep723-script")[1]
+    assert plan.app.command == ("python", "train.py") and plan.torch.variant == "cpu"
 
 
 def test_requirements_parser(tmp_path: Path) -> None:
@@ -326,3 +336,21 @@ def test_the_project_torch_index_is_the_fallback_source_only() -> None:
     mirrored = resolve_sources(flags=SourceLayer("flag", find_links=("/srv/wheels",)), env={},
                                plan_sources=plan.sources, spec_dir=PROJECTS)
     assert mirrored.torch_index is None
+
+
+def test_git_dependencies_get_git_and_editable_vcs_lines_are_read(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("-e git+https://example.org/org/lib.git@v1#egg=lib\nsix\n")
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[project]\n')
+    plan = load_plan(tmp_path)[1]
+    assert plan.project is not None and plan.project.requirements[0] == "lib @ git+https://example.org/org/lib.git@v1"
+    deps = render_dockerfile(plan).split("AS project-deps", 1)[1]
+    assert "apt-get install -y --no-install-recommends git ca-certificates" in deps.split("uv pip install")[0]
+
+
+def test_ignored_files_stay_out_of_the_context(tmp_path: Path) -> None:
+    from torchkiln.project import project_entries
+
+    for name in ("train.py", "data", "wandb", ".venv", "ckpt.pt", "build"):
+        (tmp_path / name).mkdir() if "." not in name or name == ".venv" else (tmp_path / name).write_text("x")
+    (tmp_path / ".gitignore").write_text("/data/\nwandb\n*.pt\n!keep.pt\n")
+    assert project_entries(tmp_path) == (".gitignore", "train.py")

@@ -78,7 +78,7 @@ class ProjectFacts:
     root: str  # the project's folder relative to the spec's folder, posix ("." = the spec's own)
     name: str  # canonical project name ("" when the folder has no pyproject [project] table)
     version: str
-    source: Literal["uv.lock", "requirements", "pyproject", "none"]
+    source: Literal["uv.lock", "requirements", "pyproject", "script", "none"]
     files: tuple[str, ...]  # the files read, relative to the spec's folder
     #: the dependencies, as uv reads them (hashes and markers kept), torch's own closure excluded
     requirements: tuple[RequirementLine, ...]
@@ -102,6 +102,7 @@ class ProjectFacts:
     torch_index: str = ""
     python: str = ""  # the project's Python from .python-version ("3.12"), "" = none
     requires_python: str = ""  # [project] requires-python
+    script: str = ""  # a PEP 723 script (relative to the project's folder): the default command runs it
 
     @property
     def hashed(self) -> bool:
@@ -315,18 +316,67 @@ def _compiled(root: Path, requires: list[str]) -> bool:
     return False
 
 
+def _ignore_patterns(root: Path) -> list[str]:
+    """The top-level patterns of the project's ``.dockerignore`` and ``.gitignore`` (negations aside)."""
+    out: list[str] = []
+    for name in (".dockerignore", ".gitignore"):
+        f = root / name
+        if not f.is_file():
+            continue
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            line = line.removeprefix("**/").removeprefix("/").rstrip("/")
+            if line and "/" not in line:
+                out.append(line)
+    return out
+
+
 def project_entries(root: Path) -> tuple[str, ...]:
-    """The top-level files and folders of a project that a build context carries (sorted)."""
+    """The top-level files and folders of a project that a build context carries (sorted): not build outputs,
+    caches, virtual environments, nor what its ``.dockerignore`` or ``.gitignore`` leaves out."""
+    import fnmatch
+
+    patterns = _ignore_patterns(root)
     out = []
     for p in sorted(root.iterdir(), key=lambda p: p.name):
         if p.name in IGNORED or p.name.endswith(".egg-info") or p.is_symlink() and not p.exists():
+            continue
+        if p.name in (".dockerignore", ".gitignore", ".python-version"):
+            out.append(p.name)
+            continue
+        if any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns):
             continue
         out.append(p.name)
     return tuple(out)
 
 
+_SCRIPT_BLOCK = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
+
+
+def script_metadata(path: Path, rel: str) -> dict[str, Any]:
+    """The ``# /// script`` block of a single-file script (PEP 723), parsed; {} when it has none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"[project] script {rel!r}: no such file.", hint="Name a .py file of the project.") from None
+    blocks = [m for m in _SCRIPT_BLOCK.finditer(text) if m.group("type") == "script"]
+    if len(blocks) > 1:
+        raise SpecError(f"{rel} has more than one '# /// script' block.", hint="PEP 723 allows one: merge them.")
+    if not blocks:
+        return {}
+    content = "".join(line[2:] if line.startswith("# ") else line[1:]
+                      for line in blocks[0].group("content").splitlines(keepends=True))
+    try:
+        return tomllib.loads(content)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{rel}: its '# /// script' block is not valid TOML: {e}.",
+                        hint="Fix the inline metadata (PEP 723).") from None
+
+
 def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (), groups: tuple[str, ...] = (),
-                 requirements: tuple[str, ...] = (), uv: str | None = None) -> ProjectFacts:
+                 requirements: tuple[str, ...] = (), uv: str | None = None, script: str | None = None) -> ProjectFacts:
     """Read the project at ``spec_dir / path`` (see the module docstring). Raises ``SpecError`` on bad input."""
     root = (spec_dir / path).resolve()
     rel_root = Path(os.path.relpath(root, spec_dir.resolve())).as_posix()
@@ -341,6 +391,28 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
     notes: list[str] = []
     pyproject: dict[str, Any] = {}
     pp = root / "pyproject.toml"
+    if script is not None:  # PEP 723: the script's block is the project's metadata (and it is no package)
+        meta = script_metadata(root / script, rel(root / script))
+        files.append(rel(root / script))
+        indexes = []
+        uv_index = _uv_source_index(meta)
+        if uv_index:
+            indexes.append((uv_index, f"{rel(root / script)} [tool.uv.sources] torch"))
+        reqs = []
+        for text in meta.get("dependencies", []) or []:
+            req = _req(str(text), f"{rel(root / script)} dependencies")
+            reqs.append(RequirementLine(canonicalize_name(req.name), str(text), f"{rel(root / script)} dependencies",
+                                        False))
+        torch = _requirement_torch(reqs, indexes)
+        wanted = tuple((r.line, r.where) for r in reqs if r.name == "torch") if torch is None else ()
+        return ProjectFacts(
+            root=rel_root, name="", version="", source="script", files=tuple(files),
+            requirements=tuple(r for r in reqs if r.name != "torch"), torch_requirements=(), constraints=(),
+            torch=torch, torch_wanted=wanted, package=False, compiled=False, build_requires=(), scm_version=False,
+            wheel_deps=False, entries=project_entries(root), extras=(), groups=(),
+            torch_index=indexes[0][0] if indexes and torch is None else "", python=_python_version(root, spec_dir),
+            requires_python=str(meta.get("requires-python", "")), script=script,
+        )
     if pp.is_file():
         pyproject = _load_toml(pp, rel(pp))
         files.append(rel(pp))

@@ -141,6 +141,12 @@ def parse_requirements(text: str, name: str, base: Path, root: Path, *, bound: P
                     "--extra-index-url (passed as a build secret, never written into the image).",
                 )
             if opt == "--editable":
+                vcs = re.match(r"^(git|hg|svn|bzr)\+\S+?#(?:.*&)?egg=(?P<name>[A-Za-z0-9._-]+)", value)
+                if vcs:  # -e git+https://...#egg=name: installed (not editable) from the repository
+                    url = value.split("#", 1)[0]
+                    name = vcs.group("name")
+                    out.requirements.append(RequirementLine(canonicalize_name(name), f"{name} @ {url}", where, False))
+                    continue
                 _local(value, where, out, root, base)
                 continue
             if opt in _IGNORED_OPTIONS:

@@ -150,6 +150,10 @@ def stage_project_deps(plan: BuildPlan) -> list[str]:
         [*ins.SOURCE_MOUNTS, *_constraint_mount(plan), ins.bind("project/requirements.txt")],
         [". /kiln/sources.sh", *mark, f"{_install(plan, one=False)} -r /kiln/project/requirements.txt"],
     )
+    git: list[str] = []
+    if any(" @ git+" in r or r.startswith("git+") for r in p.requirements):
+        # uv clones git dependencies with git itself (it then stays in the runtime, which is FROM this stage)
+        git = ["# git dependencies: uv clones them with git", *ins.apt_install(("git", "ca-certificates"))]
     how = ("exactly the lock: one hashed package per step, without resolving" if locked(plan)
            else "constrained by torch's pins: one package per step")
     return [
@@ -157,6 +161,7 @@ def stage_project_deps(plan: BuildPlan) -> list[str]:
         "# of the runtime (a package added at the end reuses the layers before it), then all of them at once",
         f"FROM {deps_parent(plan)} AS project-deps",
         ins.SHELL,
+        *git,
         *steps,
     ]
 
@@ -191,10 +196,14 @@ def stage_project_build(plan: BuildPlan) -> list[str]:
         lines += ext._builder_apt(plan, plan.python_exe)  # g++, ccache and Python's headers when the base lacks them
     env = []
     if p.scm_version:
-        env.append(f"export SETUPTOOLS_SCM_PRETEND_VERSION=${{SETUPTOOLS_SCM_PRETEND_VERSION:-{SCM_VERSION}}}")
+        env.append(f"export SETUPTOOLS_SCM_PRETEND_VERSION=${{SETUPTOOLS_SCM_PRETEND_VERSION:-{SCM_VERSION}}}"
+                   " PDM_BUILD_SCM_VERSION=${SETUPTOOLS_SCM_PRETEND_VERSION:-" + SCM_VERSION + "}")
     if p.compiled:
         env.append('export MAX_JOBS="${MAX_JOBS:-$(nproc)}"')
     requires = " ".join(shlex.quote(r) for r in p.build_requires)
+    if requires:  # a step of its own, before the source is mounted: an edit of the code does not repeat it
+        lines += ins.run(list(ins.SOURCE_MOUNTS),
+                         [". /kiln/sources.sh", f"{UV} pip install --python {py} -c {CONSTRAINTS} {requires}"])
     lines += [
         "ARG SETUPTOOLS_SCM_PRETEND_VERSION" if p.scm_version else "",
         "ARG MAX_JOBS" if p.compiled else "",
@@ -202,7 +211,6 @@ def stage_project_build(plan: BuildPlan) -> list[str]:
             [*ins.SOURCE_MOUNTS, f"type=bind,source={SRC},target=/kiln/project-src,rw"],
             [
                 ". /kiln/sources.sh",
-                *([f"{UV} pip install --python {py} -c {CONSTRAINTS} {requires}"] if requires else []),
                 *env,
                 f"{UV} build --wheel --no-build-isolation --python {py} --out-dir {WHEEL_DIR} /kiln/project-src",
                 f"ls {WHEEL_DIR}",

@@ -218,6 +218,7 @@ def resolve_project(spec: Spec, kb: Knowledge, facts: ImageFacts | None, project
                                                                 else ""),
             "pyproject": "the pyproject's dependencies" + (", extras" if project.extras else "")
             + (", groups" if project.groups else ""),
+            "script": f"the inline metadata of {project.script} (PEP 723)",
             "none": "none (the project names no dependencies)"}[project.source]
     decisions.append(Decision("project dependencies", f"{len(project.requirements)} from {project.source}",
                               f"{', '.join(project.files) or project.root}: {what}; one layer per package", ""))
@@ -234,8 +235,12 @@ def resolve_project(spec: Spec, kb: Knowledge, facts: ImageFacts | None, project
                                   "the project is not a package (no [build-system], no setup.py): its files are "
                                   "copied into the working folder", ""))
     reqs = project.requirements
+    if project.script and not app.command:
+        app = replace(app, command=("python", project.script))
+        decisions.append(Decision("command", f"python {project.script}", "the project's PEP 723 script", ""))
     return replace(
         plan,
+        app=app,
         decisions=tuple(decisions),
         warnings=(*plan.warnings, *project.notes),
         project=ProjectPlan(

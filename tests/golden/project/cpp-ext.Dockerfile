@@ -43,6 +43,14 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get update \
     && apt-get install -y --no-install-recommends build-essential ccache \
     && { [ -f "$(python3.11 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ] || apt-get install -y --no-install-recommends python3.11-dev; }
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt 'setuptools>=61' torch
 ARG MAX_JOBS
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
@@ -52,7 +60,6 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/project-src,target=/kiln/project-src,rw \
     . /kiln/sources.sh \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt 'setuptools>=61' torch \
     && export MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
     && /kiln/bin/uv build --wheel --no-build-isolation --python /opt/venv/bin/python --out-dir /opt/kiln-project /kiln/project-src \
     && ls /opt/kiln-project

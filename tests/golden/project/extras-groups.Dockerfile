@@ -94,9 +94,16 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt hatchling
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/project-src,target=/kiln/project-src,rw \
     . /kiln/sources.sh \
-    && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt hatchling \
     && /kiln/bin/uv build --wheel --no-build-isolation --python /opt/venv/bin/python --out-dir /opt/kiln-project /kiln/project-src \
     && ls /opt/kiln-project
 
