@@ -20,6 +20,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ from torchkiln.runner import Runner  # noqa: E402
 
 
 def ran(summary) -> list[str]:  # type: ignore[no-untyped-def]
-    return [f"[{s.stage}] {s.title}" for s in summary.steps
+    return [f"[{s.stage}] {s.seconds or 0:.2f} s {s.title}" for s in summary.steps
             if s.is_instruction and s.status == "done" and not s.name.startswith("FROM")]
 
 
@@ -60,13 +61,15 @@ def main() -> int:
         warm = build_image(project, engine, options, env={})
         init = project / "src" / "tinyproj" / "__init__.py"
         for i in range(args.repeat):
-            init.write_text(init.read_text() + f"\nEDIT_{i} = {i}\n")
+            init.write_text(init.read_text() + f"\nEDIT_{i} = {time.time_ns()}  # unique: a repeated edit is a cache hit\n")
             s = build_image(project, engine, options, env={})
             rounds.append({"build_seconds": round(s.build_seconds, 3), "seconds": round(s.seconds, 3),
                            "cache_misses": s.cache_misses, "ran": ran(s)})
             print(f"edit {i + 1}: engine {s.build_seconds:.2f} s, command {s.seconds:.2f} s, ran {len(rounds[-1]['ran'])}"
                   " steps", file=sys.stderr)
+        load = os.getloadavg()
         result = {
+            "load_average_1_5_15": [round(x, 2) for x in load],
             "workload": "tests/fixtures/projects/uvlock-src (uv.lock, CPU torch 2.13.0, hatchling package)",
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "engine": str(getattr(engine, "info", ""))[:200]},
             "first_build_seconds": round(warm.build_seconds, 3),

@@ -167,6 +167,9 @@ class ProjectPlan:
     wheel_deps: bool  # its dependencies are known only from its wheel (setup.py): the project layer resolves them
     entries: tuple[str, ...]  # the project's top-level files and folders the build context carries
     torch_from: str  # where the project pins torch ("" = torch is torchkiln's choice)
+    #: other local packages it depends on (uv workspace members, path requirements): (folder relative to the
+    #: spec's folder, its top-level entries); each is built into a wheel beside the project's
+    locals: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ def test_monorepo_subfolder_is_the_project() -> None:
     assert facts is not None and facts.root == "services/trainer" and facts.name == "trainer"
     assert facts.files == ("services/trainer/pyproject.toml",)
     assert facts.entries == ("pyproject.toml", "trainer")
+    # its workspace dependency is a local package, built beside it; its own dependencies are read
+    assert facts.locals == (("libs/common", ("pyproject.toml", "src")),)
+    assert [r.name for r in facts.requirements] == ["six"]
 
 
 def test_pep723_script_metadata_is_the_project() -> None:
@@ -114,8 +117,11 @@ def test_requirements_parser(tmp_path: Path) -> None:
         read_requirements(tmp_path / "bad.txt", tmp_path)
     assert "[sources]" in e.value.hint
     (tmp_path / "local.txt").write_text("./vendor/lib\n")
-    with pytest.raises(SpecError, match="local path requirement"):
+    with pytest.raises(SpecError, match="not a package folder"):
         read_requirements(tmp_path / "local.txt", tmp_path)
+    (tmp_path / "vendor" / "lib").mkdir(parents=True)
+    (tmp_path / "vendor" / "lib" / "setup.py").write_text("")
+    assert read_requirements(tmp_path / "local.txt", tmp_path).locals[0][0] == tmp_path / "vendor" / "lib"
     (tmp_path / "loop.txt").write_text("-r loop.txt\n")
     with pytest.raises(SpecError, match="includes itself"):
         read_requirements(tmp_path / "loop.txt", tmp_path)
@@ -300,9 +306,14 @@ def test_compiled_project_builds_with_a_compiler_and_torch_installed() -> None:
 def test_monorepo_context_carries_only_the_subfolder() -> None:
     from torchkiln.render.project import context_copies
 
-    copies = context_copies(_plan("monorepo"))
+    plan = _plan("monorepo")
+    copies = context_copies(plan)
     assert copies == {".kiln/project-src/pyproject.toml": "services/trainer/pyproject.toml",
-                      ".kiln/project-src/trainer": "services/trainer/trainer"}
+                      ".kiln/project-src/trainer": "services/trainer/trainer",
+                      ".kiln/project-local/libs-common/pyproject.toml": "libs/common/pyproject.toml",
+                      ".kiln/project-local/libs-common/src": "libs/common/src"}
+    build = render_dockerfile(plan).split("AS project-build", 1)[1]
+    assert build.index("/kiln/project-local/libs-common") < build.index("/kiln/project-src")
 
 
 def test_project_plan_is_in_the_json() -> None:

@@ -103,6 +103,9 @@ class ProjectFacts:
     python: str = ""  # the project's Python from .python-version ("3.12"), "" = none
     requires_python: str = ""  # [project] requires-python
     script: str = ""  # a PEP 723 script (relative to the project's folder): the default command runs it
+    #: other local packages the project depends on (uv workspace members, path requirements): (folder relative
+    #: to the spec's folder, its entries); each is built into a wheel beside the project's
+    locals: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def hashed(self) -> bool:
@@ -439,6 +442,7 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
     torch: TorchPin | None = None
     wheel_deps = False
     torch_index = ""
+    local_dirs: list[tuple[Path, str]] = []
     source: Literal["uv.lock", "requirements", "pyproject", "none"] = "none"
     lock_path = find_lock(root, spec_dir)
     req_files = [root / r for r in requirements] or ([root / "requirements.txt"]
@@ -451,7 +455,8 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         files.append(rel(lock_path))
         lock = _load_toml(lock_path, rel(lock_path))
         text = uv_export(root, lock_path, extras, groups, uv or _find_uv())
-        read = parse_requirements(text, rel(lock_path), root, root, bound=spec_dir)
+        read = parse_requirements(text, rel(lock_path), lock_path.parent, root, bound=spec_dir)
+        local_dirs += read.locals
         torch = _lock_torch(lock, rel(lock_path))
         closure = torch_closure(lock) if torch is not None else set()
         for r in read.requirements:
@@ -469,6 +474,7 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
                 constraints += read.constraints
                 indexes += read.indexes
                 notes += read.notes
+                local_dirs += read.locals
         if project:
             dynamic = project.get("dynamic") or []
             if "dependencies" in dynamic:
@@ -489,12 +495,23 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         if (extras or groups) and not project:
             raise SpecError(f"[project] extras/groups are set, but {rel(root)} has no pyproject.toml [project] table.",
                             hint="Remove extras and groups from [project], or give the project a pyproject.toml.")
+        sourced = _uv_local_sources(pyproject, root, spec_dir, rel(pp)) if project else {}
+        for folder in sourced.values():
+            local_dirs.append(folder)
+        for folder, _where in list(local_dirs):  # without a lock, a local package's own dependencies are read too
+            sub = folder / "pyproject.toml"
+            if sub.is_file():
+                sub_data = _load_toml(sub, rel(sub))
+                deps += [d for d in pyproject_dependencies(sub_data, rel(sub), (), ())]
+        local_names = set(sourced) | {_local_name(f) for f, _ in local_dirs}
         have = {r.name for r in reqs}
         for text, where in deps:
             req = _req(text, where)
-            if canonicalize_name(req.name) in have:
+            dep = canonicalize_name(req.name)
+            if dep in have or dep in local_names:
                 continue
-            reqs.append(RequirementLine(canonicalize_name(req.name), text, where, False))
+            have.add(dep)
+            reqs.append(RequirementLine(dep, text, where, False))
         uv_index = _uv_source_index(pyproject)
         if uv_index:
             indexes.insert(0, (uv_index, f"{rel(pp)} [tool.uv.sources] torch"))
@@ -512,7 +529,68 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         entries=project_entries(root), extras=tuple(extras), groups=tuple(groups), notes=tuple(notes),
         torch_index=torch_index, python=_python_version(root, spec_dir),
         requires_python=str(project.get("requires-python", "")),
+        locals=tuple((rel(f), project_entries(f)) for f, _ in dict(local_dirs).items()),
     )
+
+
+def _local_name(folder: Path) -> str:
+    pp = folder / "pyproject.toml"
+    try:
+        return canonicalize_name(str((tomllib.loads(pp.read_text(encoding="utf-8")).get("project") or {})
+                                     .get("name", "")))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return ""
+
+
+def _uv_local_sources(pyproject: dict[str, Any], root: Path, bound: Path, rel_pp: str) -> dict[str, tuple[Path, str]]:
+    """``[tool.uv.sources]`` entries that are local packages: ``{path = "../libs/x"}`` or ``{workspace = true}``."""
+    sources = (((pyproject.get("tool") or {}).get("uv") or {}).get("sources") or {})
+    out: dict[str, tuple[Path, str]] = {}
+    members: dict[str, Path] | None = None
+    for name, src in sources.items():
+        where = f"{rel_pp} [tool.uv.sources] {name}"
+        entries = src if isinstance(src, list) else [src]
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            folder: Path | None = None
+            if "path" in entry:
+                folder = (root / str(entry["path"])).resolve()
+            elif entry.get("workspace"):
+                if members is None:
+                    members = _workspace_members(root, bound)
+                folder = members.get(canonicalize_name(name))
+                if folder is None:
+                    raise SpecError(f"{where}: no member of the uv workspace above {root} is named {name!r}.",
+                                    hint="Check [tool.uv.workspace] members, or put the spec at the workspace's top.")
+            if folder is None:
+                continue
+            top = bound.resolve()
+            if not (folder == top or top in folder.parents) or not folder.is_dir():
+                raise SpecError(f"{where}: {folder} is not a folder inside {top}, which the build context carries.",
+                                hint="Put the spec at the top of the repository and point [project] path at the "
+                                     "project.")
+            out[canonicalize_name(name)] = (folder, where)
+    return out
+
+
+def _workspace_members(root: Path, bound: Path) -> dict[str, Path]:
+    """The members of the uv workspace ``root`` belongs to, by project name."""
+    here, top = root.resolve(), bound.resolve()
+    while True:
+        pp = here / "pyproject.toml"
+        if pp.is_file():
+            ws = (((_load_toml(pp, str(pp)).get("tool") or {}).get("uv") or {}).get("workspace"))
+            if isinstance(ws, dict):
+                out: dict[str, Path] = {}
+                for pattern in ws.get("members", []) or []:
+                    for folder in sorted(here.glob(str(pattern))):
+                        if (folder / "pyproject.toml").is_file():
+                            out[_local_name(folder)] = folder.resolve()
+                return out
+        if here == top or top not in here.parents:
+            return {}
+        here = here.parent
 
 
 def _python_version(root: Path, bound: Path) -> str:

@@ -53,6 +53,8 @@ class RequirementsRead:
     constraints: list[str] = field(default_factory=list)
     indexes: list[tuple[str, str]] = field(default_factory=list)  # (url, where) of PyTorch indexes
     self_install: bool = False  # "." / "-e ." : the project itself
+    #: other local packages (a uv workspace member, "./libs/common"): (their folder, where they were named)
+    locals: list[tuple[Path, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -147,7 +149,7 @@ def parse_requirements(text: str, name: str, base: Path, root: Path, *, bound: P
                     name = vcs.group("name")
                     out.requirements.append(RequirementLine(canonicalize_name(name), f"{name} @ {url}", where, False))
                     continue
-                _local(value, where, out, root, base)
+                _local(value, where, out, root, base, bound)
                 continue
             if opt in _IGNORED_OPTIONS:
                 out.notes.append(f"{where}: {opt} is ignored (uv's defaults apply)")
@@ -155,7 +157,7 @@ def parse_requirements(text: str, name: str, base: Path, root: Path, *, bound: P
             raise SpecError(f"{where}: the option {opt} is not supported in a requirements file here.",
                             hint="Remove it; requirement lines, -r, -c, --hash and PyTorch index URLs are read.")
         if _is_local(line):
-            _local(line, where, out, root, base)
+            _local(line, where, out, root, base, bound)
             continue
         req_text, hashes = _hashes(line, where)
         try:
@@ -164,7 +166,7 @@ def parse_requirements(text: str, name: str, base: Path, root: Path, *, bound: P
             raise SpecError(f"{where}: {req_text!r} is not a valid requirement ({e}).",
                             hint="Fix the line (PEP 508: name, extras, version specifier, ; markers).") from None
         if req.url and req.url.startswith("file:"):
-            _local(req.url, where, out, root, base)
+            _local(req.url, where, out, root, base, bound)
             continue
         if _constraint:
             out.constraints.append(req_text)
@@ -189,17 +191,23 @@ def _is_local(line: str) -> bool:
     return line in (".", "./") or line.startswith(("./", "../", "/", "file:")) or line.startswith(".[")
 
 
-def _local(value: str, where: str, out: RequirementsRead, root: Path, base: Path) -> None:
+def _local(value: str, where: str, out: RequirementsRead, root: Path, base: Path, bound: Path | None = None) -> None:
     target = value.removeprefix("file://").removeprefix("file:").split("[", 1)[0].split("#", 1)[0].strip()
     resolved = (base / target).resolve() if target else base.resolve()
     if resolved == root.resolve():
         out.self_install = True
         return
+    top = (bound or root).resolve()
+    if (resolved == top or top in resolved.parents) and resolved.is_dir() and any(
+            (resolved / f).is_file() for f in ("pyproject.toml", "setup.py", "setup.cfg")):
+        if resolved not in [p for p, _ in out.locals]:
+            out.locals.append((resolved, where))
+        return
     raise SpecError(
-        f"{where}: {value} is a local path requirement; torchkiln builds one local package per image, the "
-        f"project itself ({root}).",
-        hint="Make the folder the project ([project] path = the folder holding its pyproject.toml), or build it "
-        "as an [[extensions]] entry with path = the folder when it compiles against torch.",
+        f"{where}: {value} is a local path requirement that is not a package folder inside {top} (the folder of the "
+        "spec, which the build context carries).",
+        hint="Name a folder with a pyproject.toml or setup.py inside the spec's folder (put the spec at the top of "
+        "the repository and point [project] path at the project), or depend on a released version instead.",
     )
 
 

@@ -49,7 +49,13 @@ def has_deps(plan: BuildPlan) -> bool:
 
 
 def has_package(plan: BuildPlan) -> bool:
-    return plan.project is not None and plan.project.package
+    """Wheels are built in project-build: the project's own, and those of the local packages it depends on."""
+    return plan.project is not None and (plan.project.package or bool(plan.project.locals))
+
+
+def local_dir(path: str) -> str:
+    """Where the build context carries a local package the project depends on."""
+    return f".kiln/project-local/{_slug(path)}"
 
 
 def deps_parent(plan: BuildPlan) -> str:
@@ -184,12 +190,22 @@ def stage_project_build(plan: BuildPlan) -> list[str]:
     assert p is not None
     py = f"{VENV}/bin/python"
     parent = _build_parent(plan)
+    local_builds: list[str] = []
+    for path, _entries in p.locals:  # with build isolation: their build backends come from the package sources
+        src = local_dir(path)
+        local_builds += [f"# {path}: a local package the project depends on, built into a wheel beside the project's",
+                         *ins.run([*ins.SOURCE_MOUNTS, f"type=bind,source={src},target=/{src.removeprefix('.')},rw"],
+                                  [". /kiln/sources.sh",
+                                   f"{UV} build --wheel --python {py} --out-dir {WHEEL_DIR} /{src.removeprefix('.')}"])]
     lines = [
         "# project-build: the project's own package built into a wheel (no build isolation: against the image's",
         "# torch and the installed dependencies); only the wheel leaves this stage",
         f"FROM {parent} AS project-build",
         ins.SHELL,
     ]
+    lines += local_builds
+    if not p.package:
+        return lines
     if p.compiled and parent != "toolchain":
         from torchkiln.render import extensions as ext
 
@@ -281,10 +297,15 @@ def context_copies(plan: BuildPlan) -> dict[str, str]:
     """Files and folders of the project the context carries: ``.kiln/project-src/<entry>`` -> the project's path
     (relative to the spec's folder)."""
     p = plan.project
-    if p is None or not (p.package or project_files(plan)):
+    if p is None:
         return {}
-    root = "" if p.root == "." else p.root.rstrip("/") + "/"
-    return {f"{SRC}/{e}": f"{root}{e}" for e in p.entries}
+    out: dict[str, str] = {}
+    if p.package or project_files(plan):
+        root = "" if p.root == "." else p.root.rstrip("/") + "/"
+        out.update({f"{SRC}/{e}": f"{root}{e}" for e in p.entries})
+    for path, entries in p.locals:
+        out.update({f"{local_dir(path)}/{e}": f"{path}/{e}" for e in entries})
+    return out
 
 
 # -- the Apptainer definition ------------------------------------------------------------------------
@@ -305,14 +326,18 @@ def apptainer_post(plan: BuildPlan) -> list[str]:
     if p.requirements:
         hashes = " --require-hashes" if locked(plan) and p.hashed else ""
         lines.append(f"{UV} pip install --python {py}{hashes} -c {CONSTRAINTS}{extra} -r {KILN}/project/requirements.txt")
+    for path, _entries in p.locals:
+        lines.append(f"{UV} build --wheel --python {py} --out-dir /tmp/kiln-project {KILN}/{local_dir(path).removeprefix('.kiln/')}")
     if p.package:
         if p.build_requires:
             lines.append(f"{UV} pip install --python {py} -c {CONSTRAINTS} "
                          + " ".join(shlex.quote(r) for r in p.build_requires))
         if p.scm_version:
             lines.append(f"export SETUPTOOLS_SCM_PRETEND_VERSION=${{SETUPTOOLS_SCM_PRETEND_VERSION:-{SCM_VERSION}}}")
+        lines.append(f"{UV} build --wheel --no-build-isolation --python {py} --out-dir /tmp/kiln-project "
+                     f"{KILN}/project-src")
+    if has_package(plan):
         lines += [
-            f"{UV} build --wheel --no-build-isolation --python {py} --out-dir /tmp/kiln-project {KILN}/project-src",
             f"{UV} pip install --python {py}{'' if p.wheel_deps else ' --no-deps'} -c {CONSTRAINTS} "
             "/tmp/kiln-project/*.whl",
             "rm -rf /tmp/kiln-project",

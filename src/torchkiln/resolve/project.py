@@ -250,5 +250,6 @@ def resolve_project(spec: Spec, kb: Knowledge, facts: ImageFacts | None, project
             constraints=project.constraints, hashed=project.hashed, package=project.package,
             compiled=project.compiled, build_requires=project.build_requires, scm_version=project.scm_version,
             wheel_deps=project.wheel_deps, entries=project.entries, torch_from=pin.where if pin else "",
+            locals=project.locals,
         ),
     )

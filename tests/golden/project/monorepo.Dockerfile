@@ -61,6 +61,16 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
 # torch and the installed dependencies); only the wheel leaves this stage
 FROM project-deps AS project-build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# libs/common: a local package the project depends on, built into a wheel beside the project's
+RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/project-local/libs-common,target=/kiln/project-local/libs-common,rw \
+    . /kiln/sources.sh \
+    && /kiln/bin/uv build --wheel --python /opt/venv/bin/python --out-dir /opt/kiln-project /kiln/project-local/libs-common
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
