@@ -107,3 +107,23 @@ def test_project_with_an_in_tree_cpp_extension_builds_and_its_op_runs(  # type: 
         assert r.stdout.strip() == "no-compiler"  # the compiler stayed in project-build
     finally:
         docker_engine.remove_image(tag)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("monorepo", "trainer v1 with common v1: torch 2.13.0+cpu"),  # a uv workspace member and its local library
+    ("extras-groups", "numpy=True tqdm=False yaml=True iniconfig=True ruff=False"),  # extra fast, group train
+    ("pep723-script", "pep723: torch 2.13.0+cpu, six 1.17.0, 2.0"),  # the script's inline metadata
+])
+def test_fixture_project_builds_and_its_command_runs(  # type: ignore[no-untyped-def]
+    name: str, expected: str, docker_engine: Engine, offline_base: str, cpu_mirror: Any, stable_context: Any,
+    tmp_path: Path,
+) -> None:
+    project = _copy(name, tmp_path)
+    tag = f"kiln-test/project-{name}:{os.getpid()}"
+    try:
+        _build(docker_engine, project, offline_base, cpu_mirror, stable_context(f"project-{name}"), tag)
+        r = docker_engine.run(tag, [], check=False)  # the image's own command
+        assert r.returncode == 0, r.stderr
+        assert expected in r.stdout
+    finally:
+        docker_engine.remove_image(tag)

@@ -365,3 +365,15 @@ def test_ignored_files_stay_out_of_the_context(tmp_path: Path) -> None:
         (tmp_path / name).mkdir() if "." not in name or name == ".venv" else (tmp_path / name).write_text("x")
     (tmp_path / ".gitignore").write_text("/data/\nwandb\n*.pt\n!keep.pt\n")
     assert project_entries(tmp_path) == (".gitignore", "train.py")
+
+
+@pytest.mark.parametrize("name", BUILDABLE)
+def test_project_dockerfiles_are_lint_clean(name: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    df = tmp_path / "Dockerfile"
+    df.write_text(render_dockerfile(_plan(name)))
+    r = subprocess.run([sys.executable, "-m", "torchkiln", "lint", str(df)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert r.returncode == 0 and "0 error(s), 0 warning(s)" in r.stdout + r.stderr, r.stdout + r.stderr
