@@ -340,7 +340,7 @@ class AppSpec(_Strict):
 
 
 class ProjectSpec(_Strict):
-    """``[project]``: a Python project (pyproject.toml, uv.lock, requirements) as the image's input (docs/project.md)."""
+    """``[project]``: a Python project (pyproject.toml, uv.lock, requirements) as input (docs/project.md)."""
 
     path: str = Field(default=".", description="the project's folder, relative to the spec's (a monorepo's subfolder)")
     extras: list[str] = Field(default_factory=list, description="optional-dependencies to install (PEP 621 extras)")

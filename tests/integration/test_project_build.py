@@ -89,6 +89,14 @@ def test_requirements_project_builds_and_its_train_script_runs(  # type: ignore[
         r = docker_engine.run(tag, ["python", "-c", "import numpy, six, torch; print(torch.__version__)"],
                               check=False)
         assert r.stdout.strip() == "2.13.0+cpu"
+
+        # a dependency added at the end: its own step and the joint step run, no other dependency's
+        reqs = project / "requirements.txt"
+        reqs.write_text(reqs.read_text() + f"tqdm  # added {time.time_ns()}\n")
+        second = _build(docker_engine, project, offline_base, cpu_mirror, stable_context("project-requirements"), tag)
+        deps = [t for stage, t in _ran(second) if stage == "project-deps"]
+        assert len(deps) == 2 and "-r /kiln/project/requirements.txt" in deps[-1], deps
+        assert "tqdm" in deps[0] and not any(stage == "torch" for stage, _ in _ran(second))
     finally:
         docker_engine.remove_image(tag)
 

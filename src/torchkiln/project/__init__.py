@@ -397,23 +397,24 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
     if script is not None:  # PEP 723: the script's block is the project's metadata (and it is no package)
         meta = script_metadata(root / script, rel(root / script))
         files.append(rel(root / script))
-        indexes = []
+        s_indexes: list[tuple[str, str]] = []
         uv_index = _uv_source_index(meta)
         if uv_index:
-            indexes.append((uv_index, f"{rel(root / script)} [tool.uv.sources] torch"))
-        reqs = []
+            s_indexes.append((uv_index, f"{rel(root / script)} [tool.uv.sources] torch"))
+        s_reqs: list[RequirementLine] = []
         for text in meta.get("dependencies", []) or []:
             req = _req(str(text), f"{rel(root / script)} dependencies")
-            reqs.append(RequirementLine(canonicalize_name(req.name), str(text), f"{rel(root / script)} dependencies",
+            s_reqs.append(RequirementLine(canonicalize_name(req.name), str(text), f"{rel(root / script)} dependencies",
                                         False))
-        torch = _requirement_torch(reqs, indexes)
-        wanted = tuple((r.line, r.where) for r in reqs if r.name == "torch") if torch is None else ()
+        s_torch = _requirement_torch(s_reqs, s_indexes)
+        wanted = tuple((r.line, r.where) for r in s_reqs if r.name == "torch") if s_torch is None else ()
         return ProjectFacts(
             root=rel_root, name="", version="", source="script", files=tuple(files),
-            requirements=tuple(r for r in reqs if r.name != "torch"), torch_requirements=(), constraints=(),
-            torch=torch, torch_wanted=wanted, package=False, compiled=False, build_requires=(), scm_version=False,
+            requirements=tuple(r for r in s_reqs if r.name != "torch"), torch_requirements=(), constraints=(),
+            torch=s_torch, torch_wanted=wanted, package=False, compiled=False, build_requires=(), scm_version=False,
             wheel_deps=False, entries=project_entries(root), extras=(), groups=(),
-            torch_index=indexes[0][0] if indexes and torch is None else "", python=_python_version(root, spec_dir),
+            torch_index=s_indexes[0][0] if s_indexes and s_torch is None else "",
+            python=_python_version(root, spec_dir),
             requires_python=str(meta.get("requires-python", "")), script=script,
         )
     if pp.is_file():
@@ -479,9 +480,9 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
             dynamic = project.get("dynamic") or []
             if "dependencies" in dynamic:
                 dep_files = _dynamic_dependency_files(pyproject)
-                for f in dep_files:
-                    read = read_requirements(root / f, root, bound=spec_dir)
-                    files.append(rel(root / f))
+                for dep_file in dep_files:
+                    read = read_requirements(root / dep_file, root, bound=spec_dir)
+                    files.append(rel(root / dep_file))
                     reqs += [r for r in read.requirements if r.line not in {x.line for x in reqs}]
                 if not dep_files:
                     wheel_deps = True
@@ -496,10 +497,9 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
             raise SpecError(f"[project] extras/groups are set, but {rel(root)} has no pyproject.toml [project] table.",
                             hint="Remove extras and groups from [project], or give the project a pyproject.toml.")
         sourced = _uv_local_sources(pyproject, root, spec_dir, rel(pp)) if project else {}
-        for folder in sourced.values():
-            local_dirs.append(folder)
-        for folder, _where in list(local_dirs):  # without a lock, a local package's own dependencies are read too
-            sub = folder / "pyproject.toml"
+        local_dirs += sourced.values()
+        for local, _where in list(local_dirs):  # without a lock, a local package's own dependencies are read too
+            sub = local / "pyproject.toml"
             if sub.is_file():
                 sub_data = _load_toml(sub, rel(sub))
                 deps += [d for d in pyproject_dependencies(sub_data, rel(sub), (), ())]

@@ -104,7 +104,7 @@ def read_requirements(path: Path, root: Path, *, bound: Path | None = None, _see
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{rel}: no such requirements file.",
-                        hint="Fix the file name in [project] requirements or in the -r/-c line that names it.") from None
+                        hint="Fix the file name in [project] requirements or in the -r/-c line naming it.") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{rel} cannot be read ({e}).", hint="A requirements file must be UTF-8 text.") from None
     return parse_requirements(text, rel, path.parent, root, bound=bound, _seen=_seen | {path.resolve()}, _into=out,

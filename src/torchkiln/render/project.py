@@ -325,9 +325,11 @@ def apptainer_post(plan: BuildPlan) -> list[str]:
     extra = f" -c {KILN}/project/constraints.txt" if p.constraints else ""
     if p.requirements:
         hashes = " --require-hashes" if locked(plan) and p.hashed else ""
-        lines.append(f"{UV} pip install --python {py}{hashes} -c {CONSTRAINTS}{extra} -r {KILN}/project/requirements.txt")
+        lines.append(f"{UV} pip install --python {py}{hashes} -c {CONSTRAINTS}{extra} "
+                     f"-r {KILN}/project/requirements.txt")
     for path, _entries in p.locals:
-        lines.append(f"{UV} build --wheel --python {py} --out-dir /tmp/kiln-project {KILN}/{local_dir(path).removeprefix('.kiln/')}")
+        src = f"{KILN}/{local_dir(path).removeprefix('.kiln/')}"
+        lines.append(f"{UV} build --wheel --python {py} --out-dir /tmp/kiln-project {src}")
     if p.package:
         if p.build_requires:
             lines.append(f"{UV} pip install --python {py} -c {CONSTRAINTS} "

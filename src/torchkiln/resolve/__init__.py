@@ -589,7 +589,8 @@ def _wheel_source(kb: Knowledge, version: str, label: str, host: str, plat: Rele
     return Decision("wheel source", f"PyTorch's {variant} index", why, "TI")
 
 
-def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None, project: ProjectFacts | None = None) -> BuildPlan:
+def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
+            project: ProjectFacts | None = None) -> BuildPlan:
     """Decide everything, or raise ``ResolveError`` saying what would work instead.
 
     ``facts``: what was read from the base image when ``[torch] source = "image"`` (None: not read; the
