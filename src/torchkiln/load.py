@@ -91,7 +91,9 @@ def read_project_of(spec: Spec, spec_dir: Path) -> ProjectFacts | None:
 
     pr = spec.project
     return read_project(spec_dir, pr.path, extras=tuple(pr.extras), groups=tuple(pr.groups),
-                        requirements=tuple(pr.requirements), script=pr.script)
+                        requirements=tuple(pr.requirements), script=pr.script,
+                        python=spec.python.version if "version" in spec.python.model_fields_set else "",
+                        platform=spec.image.platform or "linux/amd64")
 
 
 def load_matrix(path: Path) -> tuple[Spec, tuple[ResolvedCell, ...], Path]:

@@ -364,6 +364,7 @@ def test_ignored_files_stay_out_of_the_context(tmp_path: Path) -> None:
     for name in ("train.py", "data", "wandb", ".venv", "ckpt.pt", "build"):
         (tmp_path / name).mkdir() if "." not in name or name == ".venv" else (tmp_path / name).write_text("x")
     (tmp_path / ".gitignore").write_text("/data/\nwandb\n*.pt\n!keep.pt\n")
+    (tmp_path / "datasets").symlink_to("/tmp")  # a link out of the project: not carried
     assert project_entries(tmp_path) == (".gitignore", "train.py")
 
 
@@ -377,3 +378,13 @@ def test_project_dockerfiles_are_lint_clean(name: str, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "torchkiln", "lint", str(df)], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert r.returncode == 0 and "0 error(s), 0 warning(s)" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_a_lock_forked_by_platform_gives_the_linux_torch() -> None:
+    facts = read_project(PROJECTS / "uvlock-forked")
+    assert facts.torch is not None and (facts.torch.version, facts.torch.local) == ("2.7.1", "cu128")
+    assert [r.line.split(" --hash")[0] for r in facts.torch_requirements] == [
+        "torch==2.7.1+cu128 ; sys_platform == 'linux'"]
+    plan = load_plan(PROJECTS / "uvlock-forked")[1]
+    assert plan.torch.requirement == "torch==2.7.1+cu128" and plan.targets[0].covered
+    assert "sha256:2222" in context_files(plan)[".kiln/requirements-torch.txt"]

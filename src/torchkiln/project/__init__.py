@@ -264,21 +264,49 @@ def torch_closure(lock: dict[str, Any]) -> set[str]:
     return seen
 
 
-def _lock_torch(lock: dict[str, Any], rel: str) -> TorchPin | None:
-    pins = [p for p in lock.get("package", []) if canonicalize_name(str(p.get("name", ""))) == "torch"]
-    if not pins:
+def marker_environment(python: str, platform: str) -> dict[str, str]:
+    """The PEP 508 environment of the image: Linux, its CPU, its Python (for the lock's markers)."""
+    machine = "aarch64" if platform.endswith("arm64") else "x86_64"
+    return {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "platform_machine": machine,
+            "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "python_version": python, "python_full_version": f"{python}.0"}
+
+
+def for_image(lines: list[RequirementLine], env: dict[str, str]) -> list[RequirementLine]:
+    """The lines whose markers hold in the image (a lock forked by platform lists each fork's pins)."""
+    from packaging.markers import UndefinedEnvironmentName
+
+    out = []
+    for r in lines:
+        marker = r.requirement.marker
+        try:
+            if marker is None or marker.evaluate({**env, "extra": ""}):
+                out.append(r)
+        except UndefinedEnvironmentName:
+            out.append(r)
+    return out
+
+
+def _lock_torch(lock: dict[str, Any], rel: str, lines: list[RequirementLine]) -> TorchPin | None:
+    """torch as the lock pins it for the image: the export's torch line that holds there (a lock forked by
+    platform, as uv's PyTorch guide writes for macOS and Linux, has one per fork)."""
+    torch_lines = [r for r in lines if r.name == "torch"]
+    if not torch_lines:
         return None
-    if len(pins) > 1:
-        versions = ", ".join(str(p.get("version")) for p in pins)
+    if len(torch_lines) > 1:
+        versions = ", ".join(r.line.split(" ;")[0].split(" --hash")[0] for r in torch_lines)
         raise SpecError(
-            f"{rel} pins more than one torch ({versions}: a fork by platform or Python); an image holds one.",
-            hint="Lock one torch for the image's platform (uv's [tool.uv] environments = [\"sys_platform == "
-            "'linux'\"]), or take torch from torchkiln ([torch] in the spec) and drop it from the project.")
-    pin = pins[0]
-    version = str(pin.get("version", ""))
+            f"{rel} pins more than one torch for the image's platform and Python ({versions}); an image holds one.",
+            hint="Lock one torch for Linux (uv's [tool.uv] environments, or markers on [tool.uv.sources] torch), "
+            "or take torch from torchkiln ([torch] in the spec) and drop it from the project.")
+    pinned = [s for s in torch_lines[0].requirement.specifier if s.operator in ("==", "===")]
+    version = pinned[0].version if pinned else ""
     base, _, local = version.partition("+")
-    source = pin.get("source") or {}
-    index = str(source.get("registry") or source.get("url") or "")
+    index = ""
+    for pkg in lock.get("package", []):
+        if canonicalize_name(str(pkg.get("name", ""))) == "torch" and str(pkg.get("version")) == version:
+            source = pkg.get("source") or {}
+            index = str(source.get("registry") or source.get("url") or "")
     where = f"{rel}: torch {version}" + (f" from {index}" if index else "")
     return TorchPin(base, local, index if PYTORCH_INDEX.match(index or "") else "", where)
 
@@ -346,6 +374,8 @@ def project_entries(root: Path) -> tuple[str, ...]:
     for p in sorted(root.iterdir(), key=lambda p: p.name):
         if p.name in IGNORED or p.name.endswith(".egg-info") or p.is_symlink() and not p.exists():
             continue
+        if p.is_symlink() and not p.resolve().is_relative_to(root.resolve()):
+            continue  # a link out of the project (a data mount): its target is not the project's
         if p.name in (".dockerignore", ".gitignore", ".python-version"):
             out.append(p.name)
             continue
@@ -379,10 +409,16 @@ def script_metadata(path: Path, rel: str) -> dict[str, Any]:
 
 
 def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (), groups: tuple[str, ...] = (),
-                 requirements: tuple[str, ...] = (), uv: str | None = None, script: str | None = None) -> ProjectFacts:
-    """Read the project at ``spec_dir / path`` (see the module docstring). Raises ``SpecError`` on bad input."""
+                 requirements: tuple[str, ...] = (), uv: str | None = None, script: str | None = None,
+                 python: str = "", platform: str = "linux/amd64") -> ProjectFacts:
+    """Read the project at ``spec_dir / path`` (see the module docstring). Raises ``SpecError`` on bad input.
+
+    ``python`` and ``platform`` are the image's (the spec's, else the project's .python-version): a lock's
+    lines are kept where their markers hold there.
+    """
     root = (spec_dir / path).resolve()
     rel_root = Path(os.path.relpath(root, spec_dir.resolve())).as_posix()
+    python = python or (_python_version(root, spec_dir) if root.is_dir() else "") or "3.11"
     if not root.is_dir():
         raise SpecError(f"[project] path {path!r} is not a folder next to the spec ({spec_dir}).",
                         hint="[project] path names the project's folder, relative to the folder that holds the spec.")
@@ -458,7 +494,8 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         text = uv_export(root, lock_path, extras, groups, uv or _find_uv())
         read = parse_requirements(text, rel(lock_path), lock_path.parent, root, bound=spec_dir)
         local_dirs += read.locals
-        torch = _lock_torch(lock, rel(lock_path))
+        read.requirements = for_image(read.requirements, marker_environment(python, platform))
+        torch = _lock_torch(lock, rel(lock_path), read.requirements)
         closure = torch_closure(lock) if torch is not None else set()
         for r in read.requirements:
             r = RequirementLine(r.name, r.line, f"{rel(lock_path)}: {r.name}", r.hashed)
@@ -515,7 +552,7 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
         uv_index = _uv_source_index(pyproject)
         if uv_index:
             indexes.insert(0, (uv_index, f"{rel(pp)} [tool.uv.sources] torch"))
-        torch = _requirement_torch(reqs, indexes)
+        torch = _requirement_torch(for_image(reqs, marker_environment(python, platform)), indexes)
         torch_index = indexes[0][0] if indexes and torch is None else ""
     wanted = tuple((r.line.split(" --hash", 1)[0], r.where) for r in reqs if r.name == "torch") if torch is None \
         else ()
