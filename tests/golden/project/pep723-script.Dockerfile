@@ -1,5 +1,5 @@
 # Rendered by torchkiln 0.1.0 for kiln-fixtures/pep723-script:latest. Do not edit: change kiln.toml and re-render.
-# torch 2.14.1 · CPU only · Python 3.11 · base python:3.11-slim-bookworm
+# torch 2.13.0 · CPU only · Python 3.11 · base python:3.11-slim-bookworm
 # GPU targets: none
 # Build with BuildKit (`kiln build`, or DOCKER_BUILDKIT=1 docker build --target runtime .).
 
@@ -84,7 +84,7 @@ LABEL org.opencontainers.image.title="kiln-fixtures/pep723-script" \
       org.opencontainers.image.version="latest" \
       org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
       io.torchkiln.version="0.1.0" \
-      io.torchkiln.torch="2.14.1" \
+      io.torchkiln.torch="2.13.0" \
       io.torchkiln.variant="cpu" \
       io.torchkiln.python="3.11"
 WORKDIR /workspace
@@ -104,7 +104,7 @@ LABEL org.opencontainers.image.title="kiln-fixtures/pep723-script" \
       org.opencontainers.image.version="latest" \
       org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
       io.torchkiln.version="0.1.0" \
-      io.torchkiln.torch="2.14.1" \
+      io.torchkiln.torch="2.13.0" \
       io.torchkiln.variant="cpu" \
       io.torchkiln.python="3.11"
 WORKDIR /workspace
