@@ -38,6 +38,8 @@ class KilnError(Exception):
     exit_code: ExitCode = ExitCode.CHECK_FAILED
     #: the fix shown when the raiser gives none: every error exit prints a `fix:` line
     default_hint: str = "Run the command again with --debug to see every step; the message names what failed."
+    #: the command's --json output already holds this error (a matrix summary): stdout gets no second document
+    in_json_output: bool = False
 
     def __init__(self, message: str, hint: str | None = None, *, details: str | None = None) -> None:
         super().__init__(message)

@@ -15,7 +15,7 @@ from torchkiln.resolve import resolve
 from torchkiln.spec import Spec, load_spec, spec_home, spec_notes
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
     from torchkiln.project import ProjectFacts
 
 FactsReader = Callable[[str], "ImageFacts | None"]

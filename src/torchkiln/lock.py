@@ -220,7 +220,8 @@ def read_lock(path: Path) -> Lock:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise LockError(f"--locked needs a lock, and {path} does not exist.",
-                        hint=f"Write it with `kiln lock {path.with_suffix('.toml')}` and commit it beside the spec.") from None
+                        hint=f"Write it with `kiln lock {path.with_suffix('.toml')}` and commit it beside "
+                             "the spec.") from None
     return parse_lock(text, path)
 
 

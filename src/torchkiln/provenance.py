@@ -22,6 +22,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,28 @@ def provenance_labels(*, version: str, base: str, base_digest: str, created: str
         f"{OCI}.source": source,
     }
     return {k: v for k, v in labels.items() if v}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What an image's OCI labels say about where it came from, read once per spec (git, time)."""
+
+    revision: str
+    source: str
+    created: str
+
+    @classmethod
+    def of(cls, spec_path: Path, runner: Runner, env: Mapping[str, str] | None = None) -> Provenance:
+        """Read once per spec (a matrix shares one): the spec's git checkout and its ``created`` time."""
+        from torchkiln.spec import spec_home
+
+        spec_file = spec_home(spec_path)[0]  # kiln.toml, or the pyproject.toml of [tool.kiln]
+        revision, source, commit_time = git_facts(spec_file.parent.resolve(), runner)
+        return cls(revision, source, created_time(spec_file, commit_time, os.environ if env is None else env))
+
+    def labels(self, version: str, base: str, base_digest: str) -> dict[str, str]:
+        return provenance_labels(version=version, base=base, base_digest=base_digest, revision=self.revision,
+                                 source=self.source, created=self.created)
 
 
 def sbom_path(image_id: str) -> Path:

@@ -200,7 +200,8 @@ class Runner:
         """Run ``argv`` with its stdout on a pipe and yield the pipe's read end (a file descriptor).
 
         The pipe is enlarged to ``pipe_size`` where the kernel allows (root; else 1 MiB), so the
-        writer runs on while the reader parses and the two wake each other less often. After the body the child is waited for, and a non-zero exit raises
+        writer runs on while the reader parses and the two wake each other less often. After the body the
+        child is waited for, and a non-zero exit raises
         ``error(message, hint, stderr tail)``; if the body raises, the child is stopped first.
         """
         args = [str(a) for a in argv]
@@ -220,7 +221,7 @@ class Runner:
             fd = proc.stdout.fileno()
             for size in (pipe_size, 1 << 20):  # above /proc/sys/fs/pipe-max-size needs root
                 try:
-                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
                     break
                 except (OSError, AttributeError):
                     continue

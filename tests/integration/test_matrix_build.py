@@ -175,7 +175,7 @@ def test_cells_that_differ_only_by_platform_become_one_manifest_list_on_the_regi
     spec = parse_spec({"image": {"name": registry.ref(repo)}, "torch": {"version": "2.13.0", "cuda": "cpu"},
                        "matrix": {"platform": ["linux/amd64", "linux/arm64"]}})
     cells = cell_tags(spec, resolve_matrix(expand(spec), load_knowledge()))
-    planned = [plan_cell(c, tmp_path, BuildOptions(), docker_engine, emulate_from=None, cwd=tmp_path, group=0,
+    planned = [plan_cell(c, tmp_path, BuildOptions(), docker_engine, cwd=tmp_path, group=0,
                          env={}) for c in cells]
     ctx = tmp_path / "ctx"
     ctx.mkdir()

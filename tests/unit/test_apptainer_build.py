@@ -337,8 +337,8 @@ def test_offline_bootstrap_from_a_file_relative_to_where_kiln_runs(
 
 def test_localimage_base_must_be_a_sif() -> None:
     from torchkiln.building.execute import ensure_sif_base
+    from torchkiln.building.options import ApptainerOptions
     from torchkiln.load import load_plan
-    from torchkiln.render.apptainer import ApptainerOptions
 
     _spec, plan, _ = load_plan(ROOT / "examples" / "cpu.toml")
     engine = ApptainerEngine(EngineInfo(APPTAINER, "apptainer", "apptainer 1.3.4", "", ""), Runner())

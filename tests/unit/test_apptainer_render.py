@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from torchkiln.building.context import write_apptainer_context
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.errors import ExitCode, InputError, SpecError
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import (
     BOOTSTRAPS,
     DEFFILE,
-    ApptainerOptions,
     apptainer_files,
     render_apptainer,
     scriptlets,
@@ -68,7 +68,7 @@ def test_a_vendor_torch_is_kept_installs_go_into_the_images_python() -> None:
 
 
 def test_a_vendor_extension_uses_the_images_python_and_nvcc_and_purges_nothing() -> None:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
 
     facts = ImageFacts(
         image="nvcr.io/nvidia/pytorch:25.12-py3", origin="image", torch_version="2.10.0a0+b4e4ee81d3",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.building.bootstrap import BaseRequest, base_for_platform, default_tag
-from torchkiln.building.emulation import builds_here, emulation_problem, require_emulation
+from torchkiln.building.bootstrap import BaseRequest, default_tag
+from torchkiln.building.emulation import base_for_platform, builds_here, emulation_problem, require_emulation
 from torchkiln.building.execute import ensure_base
 from torchkiln.building.invocation import engine_platform
 from torchkiln.cli import main

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.building.bootstrap import base_for_platform
-from torchkiln.building.emulation import host_platform
+from torchkiln.building.emulation import base_for_platform, host_platform
 from torchkiln.building.execute import execute
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, engine_platform, plan_build, scratch_dir
 from torchkiln.building.sources import Sources

@@ -149,16 +149,16 @@ def test_platform_is_spelled_for_docker_and_refused_by_apptainer(tmp_path: Path)
 def test_the_digest_is_what_the_image_depends_on_not_the_builder(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     cells, spec_dir = matrix_cells(tmp_path, [["six"], ["idna"]])
-    a = plan_cell(cells[0], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()), emulate_from=None,
+    a = plan_cell(cells[0], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()),
                   cwd=tmp_path, group=0, env={})
-    b = plan_cell(cells[0], spec_dir, BuildOptions(), DockerEngine(BUILDX, Runner()), emulate_from=None,
+    b = plan_cell(cells[0], spec_dir, BuildOptions(), DockerEngine(BUILDX, Runner()),
                   cwd=tmp_path, group=0, env={})
-    c = plan_cell(cells[1], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()), emulate_from=None,
+    c = plan_cell(cells[1], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()),
                   cwd=tmp_path, group=0, env={})
     assert a.digest == b.digest == cell_digest(a.invocation) and a.digest != c.digest
     assert a.invocation.context != c.invocation.context  # each cell has a context folder of its own
     pushed = plan_cell(cells[0], spec_dir, BuildOptions(push=True), DockerEngine(CLASSIC, Runner()),
-                       emulate_from=None, cwd=tmp_path, group=0, env={})
+                       cwd=tmp_path, group=0, env={})
     assert pushed.digest != a.digest  # an image built without --push is not done for a run with it
     assert torch_layer_key(cells[0].plan) == torch_layer_key(cells[1].plan)
 
@@ -209,7 +209,7 @@ def test_one_failing_cell_leaves_the_others_built_and_a_rerun_builds_only_it(tmp
     a, b = FakeDocker("a"), FakeDocker("b")
     pool = {"a": ReadyBuilder(Builder("a", "host", {}), a, AMD, "da"),
             "b": ReadyBuilder(Builder("b", "host", {}), b, AMD, "db")}
-    planned = [plan_cell(c, spec_dir, BuildOptions(), a, emulate_from=None, cwd=tmp_path, group=0, env={})
+    planned = [plan_cell(c, spec_dir, BuildOptions(), a, cwd=tmp_path, group=0, env={})
                for c in cells]
     record = MatrixRecord.for_spec(spec_dir / "kiln.toml", "kiln-test/m")
     queues = cells_of(schedule([Job(p.index, 0, "linux/amd64") for p in planned], [("a", AMD), ("b", AMD)]))
@@ -239,7 +239,7 @@ def test_push_manifests_skips_groups_with_a_failed_cell(tmp_path: Path) -> None:
                     "matrix": {"platform": ["linux/amd64", "linux/arm64"]}})
     cells = cell_tags(s, resolve_matrix(expand(s), load_knowledge()))
     engine = DockerEngine(CLASSIC, Runner())
-    planned = [plan_cell(c, tmp_path, BuildOptions(), engine, emulate_from=None, cwd=tmp_path, group=0, env={})
+    planned = [plan_cell(c, tmp_path, BuildOptions(), engine, cwd=tmp_path, group=0, env={})
                for c in cells]
     runs = [CellRun(planned[0], "a", status="built"), CellRun(planned[1], "b", status="failed")]
     (result,) = push_manifests(runs, Runner(), "/nonexistent/docker")
@@ -250,7 +250,7 @@ def test_push_manifests_skips_groups_with_a_failed_cell(tmp_path: Path) -> None:
 def test_cell_runs_report_what_json_prints(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     cells, spec_dir = matrix_cells(tmp_path, [["six"]])
-    p = plan_cell(cells[0], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()), emulate_from=None,
+    p = plan_cell(cells[0], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()),
                   cwd=tmp_path, group=0, env={})
     d = dataclasses.asdict(p.rc.cell) and CellRun(p, "a").to_dict()
     assert d["image"] == "kiln-test/m:torch2.13.0-cpu-py3.11-pip-six" and d["status"] == "queued"
@@ -289,7 +289,7 @@ def test_with_jobs_a_groups_first_cell_finishes_before_its_others_start(tmp_path
     engine = Slow("a")
     pool = {"a": ReadyBuilder(Builder("a", "host", {}), engine, AMD, "da")}
     groups = {1: 0, 2: 0, 3: 0, 4: 1}  # cells 1-3 share a torch layer, cell 4 has its own
-    planned = [plan_cell(c, spec_dir, BuildOptions(), engine, emulate_from=None, cwd=tmp_path,
+    planned = [plan_cell(c, spec_dir, BuildOptions(), engine, cwd=tmp_path,
                          group=groups[c.cell.index], env={}) for c in cells]
     runs = [CellRun(p, "a") for p in planned]
     run_cells(runs, pool, MatrixRecord.for_spec(spec_dir / "kiln.toml", "m"), jobs=2)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from torchkiln.engines.engine import BuildEvent
+import pytest
+
+from torchkiln.engines.engine import BuildEvent, StepRecord
 from torchkiln.engines.progress import BuildKitProgress, PodmanProgress
 
 BUILDKIT_OK = """\
@@ -149,3 +151,17 @@ def test_podman_single_stage() -> None:
     feed(p, "STEP 1/2: FROM kiln-base:bookworm\nSTEP 2/2: RUN true\n--> abc123\n")
     p.finish(True)
     assert [s.stage for s in p.steps] == ["stage-0", "stage-0"]
+
+
+@pytest.mark.parametrize(("instruction", "label"), [
+    ("RUN /bin/bash -o pipefail -c . /kiln/sources.sh     && export UV_CACHE_DIR=/tmp/kiln-uv     && "
+     "/kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt einops", "install einops"),
+    ("RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv /kiln/bin/uv pip install --python "
+     "/opt/venv/bin/python -r /kiln/requirements-torch.txt && /kiln/bin/uv pip freeze",
+     "install -r requirements-torch.txt"),
+    ("RUN apt-get update && apt-get install -y --no-install-recommends libgl1 && rm -rf /var/lib/apt/lists/*",
+     "apt install libgl1"),
+    ("RUN useradd --create-home kiln", "RUN useradd --create-home kiln"),
+])
+def test_install_steps_are_labelled_with_what_they_install(instruction: str, label: str) -> None:
+    assert StepRecord("#1", "packages", instruction).label == label

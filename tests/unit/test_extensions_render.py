@@ -17,6 +17,7 @@ import pytest
 from torchkiln.building.context import write_context
 from torchkiln.building.sources import render_uv_toml
 from torchkiln.contract import CONSTRAINTS
+from torchkiln.estimate import estimate_builds
 from torchkiln.knowledge import load_knowledge
 from torchkiln.plan import BuildPlan
 from torchkiln.render import context_files, render_dockerfile
@@ -351,13 +352,13 @@ def test_wheel_cache_hit_skips_the_build(tmp_path: Path) -> None:
 def test_estimates_scale_with_cores_memory_and_archs() -> None:
     kb = load_knowledge()
     fa = _plan(SPECS["flash-attn"])
-    (big,) = ext.estimate_builds(fa, kb, 64, 256)
+    (big,) = estimate_builds(fa, kb, 64, 256)
     assert big.jobs == 51 and big.archs == 2 and 3 <= big.wall_minutes <= 6  # FA's README: 3-5 min on 64 cores
-    (small,) = ext.estimate_builds(fa, kb, 64, 16)  # memory-bound: 16 GiB / 5 GiB per job
+    (small,) = estimate_builds(fa, kb, 64, 16)  # memory-bound: 16 GiB / 5 GiB per job
     assert small.jobs == 3 and small.peak_gib == 15 and small.wall_minutes > big.wall_minutes * 10
     more = replace(fa, extensions=(replace(fa.extensions[0], env=(("FLASH_ATTN_CUDA_ARCHS", "80;90;100;120"),)),))
-    assert ext.estimate_builds(more, kb, 64, 256)[0].cpu_minutes > big.cpu_minutes
-    (torch,) = ext.estimate_builds(_plan(SPECS["torch-source"]), kb, 32, 128)
+    assert estimate_builds(more, kb, 64, 256)[0].cpu_minutes > big.cpu_minutes
+    (torch,) = estimate_builds(_plan(SPECS["torch-source"]), kb, 32, 128)
     assert torch.what == "torch 2.7.1 from source" and torch.archs == 3 and torch.jobs == 32
     assert torch.wall_minutes > 60
-    assert ext.estimate_builds(_plan(ROOT / "examples" / "cu124-a100.toml"), kb, 8, 32) == ()
+    assert estimate_builds(_plan(ROOT / "examples" / "cu124-a100.toml"), kb, 8, 32) == ()

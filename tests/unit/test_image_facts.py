@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 
 from torchkiln.errors import InputError, ResolveError, SpecError
+from torchkiln.image_facts import ImageFacts, arch_list_of
 from torchkiln.images.facts import (
     Collected,
-    ImageFacts,
-    arch_list_of,
     constraint_pins,
     facts_from_files,
     read_archive_facts,

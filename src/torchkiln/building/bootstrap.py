@@ -29,7 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchkiln.building.emulation import MACHINE, arch_of, check_platform, host_platform, require_emulation
+from torchkiln.building.emulation import (
+    DEFAULT_PLATFORM,
+    MACHINE,
+    OFFLINE_BASE,
+    arch_of,
+    check_platform,
+    host_platform,
+    platform_suffix,
+    require_emulation,
+)
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.contract import BASE_LABEL_PREFIX
 from torchkiln.engines import Engine, StoreEngine, require_store
@@ -39,7 +48,6 @@ from torchkiln.runner import Runner
 
 DEFAULT_SUITE = "bookworm"
 DEFAULT_PACKAGES = ("python3",)
-IMAGE_NAME = "kiln-base"
 
 DEBIAN_SUITES = frozenset(
     {"buster", "bullseye", "bookworm", "trixie", "forky", "sid", "stable", "testing", "unstable", "oldstable"}
@@ -164,38 +172,15 @@ def distro_of(suite: str) -> str:
     return "unknown"
 
 
-DEFAULT_PLATFORM = "linux/amd64"
-
-
-def platform_suffix(platform: str) -> str:
-    """The tag suffix of a base for ``platform``: "" for linux/amd64, "-arm64" for linux/arm64."""
-    return "" if platform == DEFAULT_PLATFORM else f"-{arch_of(platform)}"
-
-
 def default_tag(suite: str, packages: Sequence[str] = DEFAULT_PACKAGES, platform: str = DEFAULT_PLATFORM) -> str:
     """``kiln-base:bookworm``; extra packages add a short digest (``kiln-base:bookworm-3f2a9c1d``), a
     platform other than linux/amd64 its architecture last (``kiln-base:bookworm-arm64``)."""
     extra = sorted(set(packages) - set(DEFAULT_PACKAGES))
     suffix = platform_suffix(platform)
     if not extra:
-        return f"{IMAGE_NAME}:{suite}{suffix}"
+        return f"{OFFLINE_BASE}:{suite}{suffix}"
     digest = hashlib.sha256(",".join(sorted(set(packages))).encode()).hexdigest()[:8]
-    return f"{IMAGE_NAME}:{suite}-{digest}{suffix}"
-
-
-def base_for_platform(image: str, platform: str) -> str:
-    """The bootstrapped base of ``platform`` that corresponds to ``image``.
-
-    ``kiln-base:bookworm`` (or any ``kiln-base`` tag) names the amd64 base; an arm64 plan builds on
-    its sibling ``kiln-base:bookworm-arm64``, so one ``--base`` (or ``[base] image``) serves both
-    platforms. Other images are returned as they are: multi-platform images (python:3.11-slim-bookworm)
-    are resolved by the engine for the build's --platform.
-    """
-    suffix = platform_suffix(platform)
-    name, sep, tag = image.rpartition(":")
-    if not suffix or name != IMAGE_NAME or not sep or tag.endswith(suffix):
-        return image
-    return f"{image}{suffix}"
+    return f"{OFFLINE_BASE}:{suite}-{digest}{suffix}"
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from torchkiln.building import sources as build_sources
 from torchkiln.building.emulation import MACHINE, arch_of, host_platform
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.errors import InputError, SourceError, SpecError
 from torchkiln.matrix import ResolvedCell
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
-from torchkiln.render.apptainer import DEFFILE, ApptainerOptions, apptainer_files
+from torchkiln.render.apptainer import DEFFILE, apptainer_files
 from torchkiln.render.dockerfile import context_files
 from torchkiln.render.project import context_copies as project_copies
 from torchkiln.runner import Runner
@@ -91,6 +92,13 @@ def fetch_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> P
             raise SourceError(f"uv {version}'s {machine} wheel held no uv binary.", hint="Check the wheel's source.")
         os.replace(target, top)
     return dest
+
+
+def ensure_uv(platform: str, sources: build_sources.Sources, runner: Runner) -> None:
+    """The one place a context gets a foreign CPU's uv: fetched (``fetch_uv``) when ``platform`` is
+    not this machine's; the host's own uv needs nothing."""
+    if platform != host_platform():
+        fetch_uv(platform, sources, runner)
 
 
 def _host_index(location: str | None) -> str | None:
@@ -214,11 +222,10 @@ def write_context(plan: BuildPlan, spec_dir: Path, out_dir: Path) -> list[Path]:
 
 
 def _verify_sources() -> list[Path]:
-    """The verify module and the fat-binary reader it uses when it sits next to it (stdlib only)."""
-    import torchkiln.inspect.fatbin as fatbin
-    import torchkiln.verify.checks as checks
+    """The verify bundle (checks.py and the stdlib-only modules beside it): ``verify.runner``'s list."""
+    from torchkiln.verify.runner import bundle_sources
 
-    return [Path(checks.__file__), Path(fatbin.__file__)]
+    return bundle_sources()
 
 
 def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions | None = None) -> ContextFiles:

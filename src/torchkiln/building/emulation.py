@@ -1,4 +1,5 @@
-"""Foreign platforms: names, and whether this host can run another CPU architecture's programs.
+"""Foreign platforms: names, the offline bases' tag per platform, and whether this host can run another
+CPU architecture's programs.
 
 An arm64 image is built on an x86_64 host by running its programs (debootstrap's second stage,
 every ``RUN`` of a build) through qemu-user, which the kernel starts by itself for aarch64 ELF files
@@ -95,3 +96,36 @@ def require_emulation(platform: str, what: str, binfmt: Path = BINFMT, host: str
         f"{what} for {platform} runs {machine} programs on this {host or host_platform()} machine, but {problem}.",
         hint=FIX.format(machine=machine),
     )
+
+
+# -- the offline bases' tags name their platform ---------------------------------------------------
+
+#: an *offline base*: the image name of what ``kiln base bootstrap`` makes (not "the base image" of a plan,
+#: which may be one, nor the Dockerfile's ``base`` stage, nor a vendor base that brings its own torch)
+OFFLINE_BASE = "kiln-base"
+DEFAULT_PLATFORM = "linux/amd64"
+
+
+def platform_suffix(platform: str) -> str:
+    """The tag suffix of a base for ``platform``: "" for linux/amd64, "-arm64" for linux/arm64."""
+    return "" if platform == DEFAULT_PLATFORM else f"-{arch_of(platform)}"
+
+
+def platform_flag(platform: str) -> str:
+    """`` --platform linux/arm64`` for a command a user types (``kiln base bootstrap``), "" for the default."""
+    return "" if platform == DEFAULT_PLATFORM else f" --platform {platform}"
+
+
+def base_for_platform(image: str, platform: str) -> str:
+    """The bootstrapped base of ``platform`` that corresponds to ``image``.
+
+    ``kiln-base:bookworm`` (or any ``kiln-base`` tag) names the amd64 base; an arm64 plan builds on
+    its sibling ``kiln-base:bookworm-arm64``, so one ``--base`` (or ``[base] image``) serves both
+    platforms. Other images are returned as they are: multi-platform images (python:3.11-slim-bookworm)
+    are resolved by the engine for the build's --platform.
+    """
+    suffix = platform_suffix(platform)
+    name, sep, tag = image.rpartition(":")
+    if not suffix or name != OFFLINE_BASE or not sep or tag.endswith(suffix):
+        return image
+    return f"{image}{suffix}"

@@ -14,7 +14,6 @@ runner.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -23,25 +22,26 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.building import sources as src
-from torchkiln.building.bootstrap import base_for_platform
-from torchkiln.building.context import fetch_uv
-from torchkiln.building.emulation import builds_here, host_platform, require_emulation
-from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
+from torchkiln.building.emulation import (
+    DEFAULT_PLATFORM,
+    base_for_platform,
+    builds_here,
+    host_platform,
+    platform_flag,
+    require_emulation,
+)
+from torchkiln.building.invocation import BuildInvocation, BuildOptions, ImageBuild, SifBuild, plan_spec
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.contract import BASE_LABEL_PREFIX, VENV
 from torchkiln.engines.engine import BuildEvent, Engine, StepRecord, require_store
 from torchkiln.errors import BuildError, InputError, KilnError, LockError, ResolveError
 from torchkiln.images.sif import is_sif
-from torchkiln.load import engine_facts, load_plan
 from torchkiln.provenance import (
     SBOM_SCRIPT,
-    created_time,
-    git_facts,
     make_sbom,
-    provenance_labels,
     sbom_path,
     write_sbom,
 )
-from torchkiln.render.apptainer import ApptainerOptions
 from torchkiln.runner import Runner
 
 
@@ -133,12 +133,12 @@ def cache_counts(steps: tuple[StepRecord, ...]) -> tuple[int, int]:
 
 
 def ensure_base(engine: Engine, base: str, python: str, python_source: str,
-                platform: str = "linux/amd64") -> None:
+                platform: str = DEFAULT_PLATFORM) -> None:
     """The base image must be local or pullable, be of the plan's platform, and hold the Python the plan needs."""
     native = platform == host_platform()
+    flag = platform_flag(platform)
     if not engine.image_exists(base):
         if not engine.pull(base, platform=None if native else platform):
-            flag = "" if platform == "linux/amd64" else f" --platform {platform}"
             made = base_for_platform("kiln-base:bookworm", platform)
             raise InputError(
                 f"the base image {base} ({platform}) is not in {engine.info.name}'s local store and cannot be pulled.",
@@ -152,7 +152,6 @@ def ensure_base(engine: Engine, base: str, python: str, python_source: str,
     details = engine.inspect_image(base)
     want = platform.split("/", 1)[1]
     if details.architecture and details.architecture != want:
-        flag = "" if platform == "linux/amd64" else f" --platform {platform}"
         raise InputError(
             f"the base image {base} is {details.platform}, but the plan builds a {platform} image.",
             hint=(f"Use a {platform} base: `kiln base bootstrap{flag}` makes "
@@ -231,7 +230,7 @@ def execute(
 ) -> BuildSummary:
     """Run ``inv`` with ``engine`` (see the module docstring); ``started``: when the command began."""
     start = time.monotonic() if started is None else started
-    if inv.apptainer is not None:
+    if isinstance(inv, SifBuild):
         ensure_sif_base(engine, inv.apptainer, inv.python, inv.python_source, inv.base_image)
     else:
         if inv.lock is not None and "@sha256:" in inv.base_image:
@@ -243,11 +242,10 @@ def execute(
         # "exec format error" in its first step (a remote builder's kernel is its own business)
         if builds_here({**os.environ, **engine.runner.env}):
             require_emulation(inv.platform, f"Building {inv.image}")
-    if inv.platform != host_platform():  # the context carries the uv of the image's CPU
-        fetch_uv(inv.platform, inv.sources, engine.runner)
-    inv.files.write(inv.context)
+    inv.write_context(engine.runner)
     output = inv.output_file
-    with src.private_folder(inv.scratch), src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared:
+    with (src.private_folder(inv.scratch),
+          src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared):
         assert prepared.secrets == inv.secrets and prepared.network == inv.network, "sources differ from the plan"
         if output is not None:
             with src.private_folder(output.parent):
@@ -275,7 +273,8 @@ def execute(
     if store is not None and inv.push:
         for ref in inv.tags:
             store.push(ref)
-    if store is not None and inv.cache_push is not None:  # the classic builder's inline cache travels in the image
+    # an inline-cache builder's cache travels in the image: pushed as the cache reference too
+    if store is not None and isinstance(inv, ImageBuild) and inv.cache_push is not None:
         if not (inv.push and inv.cache_push in inv.tags):
             store.tag(outcome.image_id, inv.cache_push)
             store.push(inv.cache_push)
@@ -305,68 +304,9 @@ def execute(
         pushed=inv.push,
         cache_to=inv.cache_to,
         cache_from=inv.cache_from,
-        sbom=record_sbom(engine, inv, outcome.image_id) if inv.sbom and output is None else None,
+        sbom=record_sbom(engine, inv, outcome.image_id) if isinstance(inv, ImageBuild) and inv.sbom else None,
         labels=inv.labels,
     )
-
-
-def resolve_sources(spec_sources: Any, spec_dir: Path, options: BuildOptions, runner: Runner,
-                    env: Mapping[str, str] | None = None) -> src.Sources:
-    """The build's package sources: flags > environment > spec > (with --sources-from-pip) pip's config."""
-    return src.resolve_sources(flags=options.flags, env=env, plan_sources=spec_sources, spec_dir=spec_dir,
-                               from_pip=options.from_pip, runner=runner)
-
-
-def plan_spec(spec_path: Path, engine: Any, options: BuildOptions, *, env: Mapping[str, str] | None = None,
-              runner: Runner | None = None) -> BuildInvocation:
-    """spec file → plan → sources → invocation: what ``kiln build`` and ``--dry-run`` share."""
-    _spec, plan, spec_dir = load_plan(spec_path, facts=engine_facts(engine, pull=True), platform=options.platform)
-    spec_dir = spec_dir.resolve()
-    if options.locked:  # the lock answers the plan with its base as given (--base included)
-        from torchkiln.building.locking import locked_plan
-
-        if options.base:
-            plan = dataclasses.replace(plan, base_image=options.base)
-            options = dataclasses.replace(options, base=None)
-        plan, lock = locked_plan(plan, spec_path)
-        base_name, digest = lock.base.image, lock.base.digest
-    else:
-        base_name = options.base or plan.base_image
-        digest = _base_digest(engine, base_name)
-    run = runner or engine.runner
-    sources = resolve_sources(plan.sources, spec_dir, options, run, env)
-    labels = Provenance.of(spec_path, run, env).labels(plan.tag, base_name, digest)
-    return plan_build(plan, spec_dir, options, engine, sources, cwd=Path.cwd(), labels=labels)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What an image's OCI labels say about where it came from, read once per spec (git, time)."""
-
-    revision: str
-    source: str
-    created: str
-
-    @classmethod
-    def of(cls, spec_path: Path, runner: Runner, env: Mapping[str, str] | None = None) -> Provenance:
-        from torchkiln.spec import spec_home
-
-        spec_file = spec_home(spec_path)[0]  # kiln.toml, or the pyproject.toml of [tool.kiln]
-        revision, source, commit_time = git_facts(spec_file.parent.resolve(), runner)
-        return cls(revision, source, created_time(spec_file, commit_time, os.environ if env is None else env))
-
-    def labels(self, version: str, base: str, base_digest: str) -> dict[str, str]:
-        return provenance_labels(version=version, base=base, base_digest=base_digest, revision=self.revision,
-                                 source=self.source, created=self.created)
-
-
-def _base_digest(engine: Any, base: str) -> str:
-    """The registry digest of the base as the engine has it ("" when it has none, or no such image yet)."""
-    from torchkiln.building.locking import base_digest
-
-    if not hasattr(engine, "inspect_image") or not engine.image_exists(base):
-        return ""
-    return base_digest(base, engine.inspect_image(base).repo_digests)
 
 
 def installed_distributions(engine: Engine, image: str) -> list[dict[str, Any]] | None:
@@ -394,7 +334,7 @@ def installed_distributions(engine: Engine, image: str) -> list[dict[str, Any]] 
     return dists if isinstance(dists, list) else None
 
 
-def record_sbom(engine: Engine, inv: BuildInvocation, image_id: str) -> str | None:
+def record_sbom(engine: Engine, inv: ImageBuild, image_id: str) -> str | None:
     """Write the built image's SBOM beside it (``torchkiln.provenance``); its path, None when the image
     has no Python venv to read."""
     dists = installed_distributions(engine, inv.image)

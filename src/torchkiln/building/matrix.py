@@ -4,15 +4,17 @@ A *builder* is a Docker engine torchkiln already knows how to drive, reached ano
 ``DOCKER_HOST`` URL (``unix://``, ``tcp://``, ``ssh://``), a docker context (``DOCKER_CONTEXT``;
 ssh or tcp+TLS endpoints are the context's business), or, where the buildx plugin is installed, a
 buildx builder (``BUILDX_BUILDER``; any driver, kubernetes included). torchkiln runs no builder of
-its own: each cell's ``BuildInvocation`` comes from ``plan_build`` and runs with
-``execute(invocation, engine)``, the engine's runner pointing at the cell's builder.
+its own: each cell's ``BuildInvocation`` comes from ``plan_invocation``, the one planning step of
+every build, and runs with ``execute(invocation, engine)``, the engine's runner pointing at the
+cell's builder. ``plan_matrix`` does steps 1-4 below, ``run_matrix`` steps 5-6; the CLI
+(``torchkiln.cli._build_matrix``) only names the builders, shows progress and prints the summary.
 
 The order of work:
 
 1. ``connect``: probe every builder (reachable, BuildKit, its platform, which daemon it is) and
    refuse, before anything builds, unreachable builders, the same daemon named twice, and cells
    whose platform no builder can build.
-2. ``plan_cells``: a ``BuildInvocation`` per cell (its own context folder, its derived tag) and its
+2. ``plan_cell``: a ``BuildInvocation`` per cell, planned once (its own context folder, its derived tag) and its
    *digest* (``cell_digest``: the rendered files, the copied files' sizes and times, the tags, the
    sources, push: what the image depends on, not which builder makes it).
 3. the record of the last run (``MatrixRecord``, one JSON file per spec in torchkiln's cache)
@@ -47,13 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from torchkiln.building.execute import BuildSummary, execute, resolve_sources
-from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_build
+from torchkiln.building.execute import BuildSummary, execute
+from torchkiln.building.invocation import BuildInvocation, BuildOptions, engine_base_digest, plan_invocation
 from torchkiln.cache import kiln_cache_dir
-from torchkiln.engines import BuildEvent, Engine, get_engine
-from torchkiln.engines.engine import registry_failure, registry_of
-from torchkiln.errors import EngineMissingError, InputError, KilnError
-from torchkiln.matrix import ResolvedCell, manifest_groups
+from torchkiln.engines import MATRIX_ENGINE, BuildEvent, Engine, get_engine
+from torchkiln.engines.engine import StepRecord, registry_failure, registry_of
+from torchkiln.errors import BuildError, EngineMissingError, InputError, KilnError
+from torchkiln.matrix import ResolvedCell, manifest_groups, torch_layer_key
+from torchkiln.provenance import Provenance
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
@@ -130,7 +133,7 @@ def connect(builders: Sequence[Builder], *, echo: Callable[[str], None] | None =
     for b in builders:
         runner = Runner(echo=echo, env=dict(b.env), unset=b.unset)
         try:
-            engine = get_engine("docker", runner)
+            engine = get_engine(MATRIX_ENGINE, runner)
         except EngineMissingError as e:
             raise EngineMissingError(f"the builder {b.name} cannot be used: {e.message}", hint=e.hint) from None
         if b.kind == "buildx":
@@ -278,21 +281,102 @@ class PlannedCell:
     def index(self) -> int:
         return self.rc.cell.index
 
+    @property
+    def platform(self) -> str:
+        return self.invocation.platform
 
-def plan_cell(rc: ResolvedCell, spec_dir: Path, options: BuildOptions, engine: Engine, *, emulate_from: str | None,
-              cwd: Path, group: int, env: Mapping[str, str] | None = None,
-              labels: Mapping[str, str] | None = None) -> PlannedCell:
-    """The cell's invocation on ``engine`` (``emulate_from``: the builder's platform when it differs).
 
-    ``labels``: the cell's provenance labels, computed once for every builder (the digest must not
-    depend on which builder planned it).
+def plan_cell(rc: ResolvedCell, spec_dir: Path, options: BuildOptions, engine: Engine, *, cwd: Path, group: int,
+              env: Mapping[str, str] | None = None, provenance: Provenance | None = None,
+              digest_of: Callable[[str], str] | None = None) -> PlannedCell:
+    """The cell's invocation, by the one planning step every build takes (``plan_invocation``).
+
+    A cell names its platform whatever builder makes it (``--platform`` always: a builder of another
+    CPU builds it under emulation), so its invocation does not depend on the builder; the worker runs
+    it with the builder's engine. ``provenance``: read once per spec; ``digest_of``: the base's digest,
+    looked up once per base image.
     """
     assert rc.plan is not None
     opts = dataclasses.replace(options, tag=rc.image, context_dir=cell_context_dir(rc.image, spec_dir),
-                               platform=rc.plan.platform if emulate_from else None)
-    sources = resolve_sources(rc.plan.sources, spec_dir, opts, engine.runner, env)
-    inv = plan_build(rc.plan, spec_dir, opts, engine, sources, cwd=cwd, labels=labels)
+                               platform=rc.plan.platform)
+    inv = plan_invocation(rc.plan, spec_dir, opts, engine, provenance=provenance or Provenance("", "", ""),
+                          digest_of=digest_of, version=rc.tag, env=env, runner=engine.runner, cwd=cwd)
     return PlannedCell(rc, inv, cell_digest(inv), group)
+
+
+@dataclass
+class MatrixPlan:
+    """Every cell planned and scheduled (``plan_matrix``): what ``--dry-run`` prints and ``run_matrix`` runs."""
+
+    spec: Path
+    builders: list[ReadyBuilder]
+    #: one run per cell, in cell order: "queued" on its builder, or "skipped" (built by the last run)
+    runs: list[CellRun]
+    record: MatrixRecord
+
+    @property
+    def by_name(self) -> dict[str, ReadyBuilder]:
+        return {b.name: b for b in self.builders}
+
+
+def plan_matrix(spec: Path, image_name: str, cells: Sequence[ResolvedCell], builders: Sequence[Builder],
+                options: BuildOptions, *, emulate: bool = False, force: bool = False, runner: Runner,
+                env: Mapping[str, str] | None = None) -> MatrixPlan:
+    """Connect the builders, plan every cell once (before anything builds), skip what the record says
+    is done, and schedule the rest (the module docstring's steps 1-4). Side effects: the builders' probes."""
+    ready = connect(builders, echo=runner.echo, emulate=emulate)
+    check_platforms(cells, ready, emulate)
+    by_name = {b.name: b for b in ready}
+    keys: dict[tuple[object, ...], int] = {}
+    groups = {c.cell.index: keys.setdefault(torch_layer_key(c.plan), len(keys)) for c in cells if c.plan}
+    spec_dir = spec.parent.resolve() if spec.is_file() else spec.resolve()
+    planner = ready[0].engine  # planning reads no daemon but the base's digest: any builder's client spells it
+    digests: dict[str, str] = {}
+
+    def digest_of(base: str) -> str:
+        if base not in digests:
+            digests[base] = engine_base_digest(planner, base)
+        return digests[base]
+
+    provenance = Provenance.of(spec, runner, env)
+    planned = {c.cell.index: plan_cell(c, spec_dir, options, planner, cwd=Path.cwd(), group=groups[c.cell.index],
+                                       env=env, provenance=provenance, digest_of=digest_of) for c in cells}
+    record = MatrixRecord.for_spec(spec if spec.is_file() else spec / "kiln.toml", image_name)
+    done = {} if force or options.no_cache else {i: record.done(p, by_name) for i, p in planned.items()}
+    todo = [i for i in planned if not done.get(i)]
+    queues = schedule([Job(i, groups[i], planned[i].platform) for i in todo],
+                      [(b.name, b.platforms) for b in ready], emulate)
+    runs = [CellRun(planned[job.cell], name) for name, queue in queues.items() for job in queue]
+    runs += [CellRun(planned[i], holder, status="skipped") for i, holder in done.items() if holder]
+    runs.sort(key=lambda r: r.index)
+    return MatrixPlan(spec, ready, runs, record)
+
+
+def run_matrix(mp: MatrixPlan, *, jobs: int, push: bool, runner: Runner,
+               notify: Notify | None = None) -> list[ManifestResult]:
+    """Build every queued cell (``run_cells``), then, with ``push``, one manifest list per platform group."""
+    run_cells(mp.runs, mp.by_name, mp.record, jobs=jobs, notify=notify)
+    return push_manifests(mp.runs, runner, mp.builders[0].engine.info.binary) if push else []
+
+
+def matrix_failure(mp: MatrixPlan, manifests: Sequence[ManifestResult]) -> BuildError | None:
+    """The error a matrix run ends with (exit 6), or None when every cell was built and every list pushed."""
+    failed = [r for r in mp.runs if r.status == "failed"]
+    failed_manifests = [m for m in manifests if m.status == "failed"]
+    if not failed and not failed_manifests:
+        return None
+    names = ", ".join(f"cell {r.index} ({r.planned.rc.cell.label})" for r in failed)
+    parts = [f"--- cell {r.index} on {r.builder}: {r.planned.rc.image}\n{r.log_tail()}" for r in failed]
+    parts += [f"--- manifest {m.ref}: {m.reason}" for m in failed_manifests]
+    what = f"{len(failed)} of {len(mp.runs)} cells failed: {names}" if failed else "the builds succeeded"
+    if failed_manifests:
+        what += f"; {len(failed_manifests)} manifest list(s) could not be pushed"
+    return BuildError(
+        what + ".",
+        hint=f"Fix what the log tails below show, then run the same command again: only the failed cells are "
+             f"rebuilt (--force rebuilds all). `kiln build {mp.spec} --matrix … --debug` shows every command.",
+        details="\n".join(parts),
+    )
 
 
 # -- the record of earlier runs ------------------------------------------------------------------------
@@ -453,7 +537,7 @@ def _build_one(run: CellRun, builder: ReadyBuilder, record: MatrixRecord, notify
 
     def progress(ev: BuildEvent) -> None:
         if ev.line is None and ev.status == "running" and ev.stage not in ("internal", "export", "auth", ""):
-            run.step = f"[{ev.stage}] {ev.name}"[:90]
+            run.step = f"[{ev.stage}] {StepRecord(ev.step, ev.stage, ev.name).label}"[:90]
 
     inv = run.planned.invocation
     try:
@@ -523,7 +607,7 @@ def push_manifests(runs: Sequence[CellRun], runner: Runner, binary: str) -> list
         for argv in manifest_commands(binary, ref, images):
             r = runner.run(argv, env=env, check=False, what=f"docker {argv[1]} {argv[2]}")
             if r.returncode != 0:
-                err = registry_failure("docker", ref, r)
+                err = registry_failure(MATRIX_ENGINE, ref, r)
                 reason = err.message if err is not None else r.tail(3)
                 break
             digest = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.markup import escape
@@ -28,12 +28,13 @@ def _flag_type(self: TyperOption, ctx: object) -> str | None:
     which reads as "--json true"; the plain formatter already leaves it out)."""
     if self.is_flag:
         return None
-    return _typer_option_type(self, ctx)  # type: ignore[misc]
+    assert _typer_option_type is not None  # installed only where typer has it
+    return cast("str | None", _typer_option_type(self, ctx))
 
 
 _typer_option_type = getattr(TyperOption, "display_type_rich", None)
 if _typer_option_type is not None:  # typer versions without it print no type for flags anyway
-    TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
+    TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="kiln",
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(e: KilnError, wants_json: bool) -> None:
-    if wants_json:
+    if wants_json and not e.in_json_output:
         print(json.dumps(redact_data(e.to_dict()), indent=2))
     # messages name spec tables such as [torch]: escape them, or rich would read them as markup
     err_console.print(f"[bold red]error:[/bold red] {escape(redact(e.message))}", highlight=False, soft_wrap=True)

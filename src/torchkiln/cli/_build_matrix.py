@@ -1,4 +1,6 @@
-"""`kiln build --matrix --builders …`: the CLI half of ``torchkiln.building.matrix`` (display, summary, exit)."""
+"""`kiln build --matrix --builders …`: the CLI half of ``torchkiln.building.matrix``: it names the
+builders, shows each cell's progress and prints the summary; planning, scheduling and building are
+``plan_matrix`` and ``run_matrix``, and a failure is a ``BuildError`` raised to the CLI's boundary."""
 
 from __future__ import annotations
 
@@ -8,33 +10,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import typer
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from torchkiln.building.execute import Provenance, _base_digest
 from torchkiln.building.invocation import BuildOptions
 from torchkiln.building.matrix import (
     Builder,
     CellRun,
-    Job,
-    MatrixRecord,
     ReadyBuilder,
-    check_platforms,
-    connect,
+    matrix_failure,
     parse_builder,
-    plan_cell,
-    push_manifests,
-    run_cells,
-    schedule,
+    plan_matrix,
+    run_matrix,
 )
 from torchkiln.cli._common import console, err_console, print_json, state
 from torchkiln.cli._matrix import refuse_impossible
-from torchkiln.errors import BuildError, InputError
+from torchkiln.errors import InputError
 from torchkiln.load import load_matrix
-from torchkiln.matrix import torch_layer_key
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
@@ -114,50 +108,14 @@ def build_matrix(
     skip_impossible: bool, dry_run: bool, as_json: bool, live: bool, runner: Runner, main_binary: str,
     has_buildx: bool,
 ) -> None:
-    """Resolve every cell, connect the builders, plan, schedule, build, push, summarize (see the module)."""
+    """Name the builders, have ``building.matrix`` plan and run the cells, show progress and the summary."""
     start = time.monotonic()
-    spec_obj, all_cells, spec_dir = load_matrix(spec)
+    spec_obj, all_cells, _spec_dir = load_matrix(spec)
     cells = refuse_impossible(all_cells, skip_impossible, building=True)
     skipped_impossible = [c for c in all_cells if not c.ok]
-    echo = runner.echo
-    ready = connect(builders_from(builder_names, runner, main_binary, has_buildx), echo=echo, emulate=emulate)
-    check_platforms(cells, ready, emulate)
-    by_name = {b.name: b for b in ready}
-    keys: dict[tuple[object, ...], int] = {}
-    groups = {c.cell.index: keys.setdefault(torch_layer_key(c.plan), len(keys)) for c in cells if c.plan}
-    cwd = Path.cwd()
-    # plan every cell before anything builds (on the first builder: the digest does not depend on it)
-    first = ready[0]
-    prov = Provenance.of(spec, runner)
-    digests: dict[str, str] = {}
-    labels = {}
-    for c in cells:
-        assert c.plan is not None
-        base = options.base or c.plan.base_image
-        if base not in digests:
-            digests[base] = _base_digest(first.engine, base)
-        labels[c.cell.index] = prov.labels(c.tag, base, digests[base])
-    planned = {c.cell.index: plan_cell(c, spec_dir.resolve(), options, first.engine, emulate_from=None, cwd=cwd,
-                                       group=groups[c.cell.index], labels=labels[c.cell.index]) for c in cells}
-    record = MatrixRecord.for_spec(spec if spec.is_file() else spec / "kiln.toml", spec_obj.image.name)
-    done = {} if force or options.no_cache else {i: record.done(p, by_name) for i, p in planned.items()}
-    todo = [i for i in planned if not done.get(i)]
-    queues = schedule([Job(i, groups[i], planned[i].rc.plan.platform) for i in todo],  # type: ignore[union-attr]
-                      [(b.name, b.platforms) for b in ready], emulate)
-    runs: list[CellRun] = []
-    for name, queue in queues.items():
-        b = by_name[name]
-        for job in queue:
-            rc = planned[job.cell].rc
-            assert rc.plan is not None
-            emulated = rc.plan.platform not in b.platforms
-            runs.append(CellRun(plan_cell(rc, spec_dir.resolve(), options, b.engine, cwd=cwd, group=job.group,
-                                          emulate_from=b.platforms[0] if emulated else None,
-                                          labels=labels[job.cell]), name))
-    for i, holder in done.items():
-        if holder:
-            runs.append(CellRun(planned[i], holder, status="skipped"))
-    runs.sort(key=lambda r: r.index)
+    builders = builders_from(builder_names, runner, main_binary, has_buildx)
+    mp = plan_matrix(spec, spec_obj.image.name, cells, builders, options, emulate=emulate, force=force, runner=runner)
+    runs, ready = mp.runs, mp.builders
     if dry_run:
         _dry_run(runs, ready, as_json)
         return
@@ -168,36 +126,17 @@ def build_matrix(
                           + (f" ({len(runs) - todo_n} already built: skipped)" if todo_n < len(runs) else ""),
                           highlight=False)
     with MatrixDisplay(runs, live=live, quiet=as_json) as display:
-        run_cells(runs, by_name, record, jobs=jobs, notify=display.notify)
-    manifests = push_manifests(runs, runner, main_binary) if options.push else []
+        manifests = run_matrix(mp, jobs=jobs, push=options.push, runner=runner, notify=display.notify)
     wall = time.monotonic() - start
-    failed = [r for r in runs if r.status == "failed"]
-    failed_manifests = [m for m in manifests if m.status == "failed"]
     if as_json:
         print_json(_summary_json(spec, runs, ready, manifests, wall, skipped_impossible))
     else:
         _print_summary(runs, ready, manifests, wall, skipped_impossible)
-    if failed or failed_manifests:
-        error = _failure(runs, failed, failed_manifests, spec)
-        if as_json:  # stdout holds the summary (with every error): the message goes to stderr only
-            err_console.print(f"[bold red]error:[/bold red] {escape(error.message)}", highlight=False)
-            raise typer.Exit(int(error.exit_code))
+    error = matrix_failure(mp, manifests)
+    if error is not None:
+        # with --json, stdout holds the summary (every error in it): the boundary writes the message to stderr only
+        error.in_json_output = as_json
         raise error
-
-
-def _failure(runs: Sequence[CellRun], failed: Sequence[CellRun], manifests: Sequence[Any], spec: Path) -> BuildError:
-    names = ", ".join(f"cell {r.index} ({r.planned.rc.cell.label})" for r in failed)
-    parts = [f"--- cell {r.index} on {r.builder}: {r.planned.rc.image}\n{r.log_tail()}" for r in failed]
-    parts += [f"--- manifest {m.ref}: {m.reason}" for m in manifests]
-    what = f"{len(failed)} of {len(runs)} cells failed: {names}" if failed else "the builds succeeded"
-    if manifests:
-        what += f"; {len(manifests)} manifest list(s) could not be pushed"
-    return BuildError(
-        what + ".",
-        hint=f"Fix what the log tails below show, then run the same command again: only the failed cells are "
-             f"rebuilt (--force rebuilds all). `kiln build {spec} --matrix … --debug` shows every command.",
-        details="\n".join(parts),
-    )
 
 
 def _print_summary(runs: Sequence[CellRun], ready: Sequence[ReadyBuilder], manifests: Sequence[Any], wall: float,

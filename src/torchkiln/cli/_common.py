@@ -109,3 +109,14 @@ def print_json(data: Any) -> None:
 def spec_path(path: Path) -> Path:
     """Accept a spec file or a folder containing ``kiln.toml``."""
     return path / "kiln.toml" if path.is_dir() else path
+
+
+def human_size(n: int | float) -> str:
+    """Bytes for people, the one convention of every command: decimal units, as docker and the docs
+    write them (17 B, 12.0 kB, 860.6 MB, 5.9 GB)."""
+    v = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(v) < 1000:
+            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1000
+    return f"{v:.1f} TB"

@@ -9,8 +9,8 @@ from rich.markup import escape
 
 from torchkiln.building.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRequest, base_store, bootstrap
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, err_console, print_json
-from torchkiln.cli.build import StepDisplay, human_size, live_output, make_runner
+from torchkiln.cli._common import JsonOpt, console, err_console, human_size, print_json
+from torchkiln.cli.build import StepDisplay, live_output, make_runner
 from torchkiln.engines import get_engine
 
 Platform = Literal["linux/amd64", "linux/arm64"]

@@ -20,17 +20,16 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from torchkiln.building.context import fetch_uv
-from torchkiln.building.emulation import host_platform
-from torchkiln.building.execute import BuildSummary, execute, plan_spec
-from torchkiln.building.invocation import BuildInvocation, BuildOptions
+from torchkiln.building.execute import BuildSummary, execute
+from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_spec
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
-from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, human_size, print_json, state
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
-from torchkiln.engines import BuildEvent, StepRecord, get_engine
+from torchkiln.engines import BuildEvent, StepRecord, get_engine, output_of
 from torchkiln.errors import InputError
-from torchkiln.render.apptainer import ApptainerOptions, Bootstrap
+from torchkiln.render.apptainer import REGISTRY_BOOTSTRAP, Bootstrap
 from torchkiln.runner import Runner
 
 Target = Literal["runtime", "dev"]
@@ -52,15 +51,6 @@ def make_runner() -> Runner:
 def live_output() -> bool:
     """Live progress only on an interactive terminal outside CI."""
     return err_console.is_terminal and not os.environ.get("CI") and os.environ.get("TERM") != "dumb"
-
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1000
-    return f"{size:.2f} GB"  # pragma: no cover
 
 
 class StepDisplay:
@@ -92,7 +82,7 @@ class StepDisplay:
         return t
 
     def event(self, ev: BuildEvent) -> None:
-        title = StepRecord(ev.step, ev.stage, ev.name).title
+        title = StepRecord(ev.step, ev.stage, ev.name).label
         internal = ev.stage in ("internal", "export", "auth", "")
         if ev.status == "running":
             if ev.line is None:
@@ -133,9 +123,9 @@ def missing_image(
     ref: str, engine_name: str, spec: Path, target: str = "runtime", tag: str | None = None
 ) -> InputError:
     """The error for a spec's image that was never built, with the `kiln build` command that builds it."""
-    apptainer = engine_name == "apptainer"
-    again = (f" --target {target}" if target != "runtime" else "") + (" --engine apptainer" if apptainer else "")
-    where = "" if apptainer else f" in {engine_name}"  # a .sif is a file, in no store
+    sif = output_of(engine_name) == "sif"
+    again = (f" --target {target}" if target != "runtime" else "") + (f" --engine {engine_name}" if sif else "")
+    where = "" if sif else f" in {engine_name}"  # a .sif is a file, in no store
     return InputError(
         f"the image {ref} does not exist{where}.",
         hint=f"Build it first: kiln build {spec}{again}" + (f" --tag {tag}" if tag else ""),
@@ -149,7 +139,7 @@ def engine_label(info: dict[str, str]) -> str:
 
 def print_summary(summary: BuildSummary, spec: Path, tag: str | None = None) -> None:
     e = summary.engine
-    sif = e["name"] == "apptainer"
+    sif = output_of(e["name"]) == "sif"
     console.print(
         f"[bold green]built[/bold green] {escape(summary.image)} ({summary.target}) with {escape(engine_label(e))} "
         f"({e['builder']}) in {summary.seconds:.1f} s",
@@ -277,7 +267,8 @@ def build_cmd(
         bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine command, secrets, tags; every field with --json); build nothing.")
+        bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine "
+                                             "command, secrets, tags; every field with --json); build nothing.")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line the engine prints.")] = False,
     matrix: MatrixOpt = False,
@@ -326,35 +317,36 @@ def build_cmd(
         cwd=Path.cwd(),
     )
     engine = get_engine(engine_name, runner)
-    apptainer = engine.info.name == "apptainer"
+    sif = engine.info.output == "sif"
     if matrix:
-        for option, value in (("--tag", tag), ("--context", context), ("--bootstrap", bootstrap), ("--from", from_),
+        for option, given in (("--tag", tag), ("--context", context), ("--bootstrap", bootstrap), ("--from", from_),
                               ("--builder-from", builder_from), ("--cache-to", cache_to), ("--locked", locked or None)):
-            if value is not None:
+            if given is not None:
                 raise typer.BadParameter("cannot be used with --matrix (each cell's tag, context, cache and lock "
                                          "would be its own: docs/matrix.md)", param_hint=option)
-        if engine.info.name != "docker":
+        if not engine.info.remote_builders:
             raise InputError(f"matrix builds run on Docker builders; {engine.info.name} is not one.",
                              hint="Use --engine docker (or leave --engine out) with --builders NAME….")
+    else:
+        for option, chosen in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
+            if chosen is not None and not sif:
+                raise typer.BadParameter(f"is for apptainer builds; {engine.name} builds FROM the base image "
+                                         "(use --base to change it)", param_hint=option)
+    # one set of options for a build and for every cell of a matrix (which sets each cell's tag and context)
+    options = BuildOptions(
+        target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
+        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=sources_from_pip, flags=flags,
+        platform=platform,
+        apptainer=ApptainerOptions(bootstrap or REGISTRY_BOOTSTRAP, from_, builder_from),
+    )
+    if matrix:
         from torchkiln.cli._build_matrix import build_matrix
 
         build_matrix(spec, builder_names=builders or [], jobs=jobs, emulate=emulate, force=force,
                      skip_impossible=skip_impossible, dry_run=dry_run, as_json=json,
                      live=live_output() and not json, runner=runner, main_binary=engine.info.binary,
-                     has_buildx=engine.info.builder == "buildx",
-                     options=BuildOptions(target=target, base=base, no_cache=no_cache, push=push,
-                                          cache_from=tuple(cache_from or ()), from_pip=sources_from_pip, flags=flags))
+                     has_buildx=engine.info.builder == "buildx", options=options)
         return
-    for option, value in (("--bootstrap", bootstrap), ("--from", from_), ("--builder-from", builder_from)):
-        if value is not None and not apptainer:
-            raise typer.BadParameter(f"is for apptainer builds; {engine.name} builds FROM the base image "
-                                     "(use --base to change it)", param_hint=option)
-    options = BuildOptions(
-        target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
-        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=sources_from_pip, flags=flags,
-        platform=platform,
-        apptainer=ApptainerOptions(bootstrap or "docker", from_, builder_from),
-    )
     start = time.monotonic()
     invocation = plan_spec(spec, engine, options, runner=runner)
     if dry_run:
@@ -377,9 +369,7 @@ def build_cmd(
 def _dry_run(inv: BuildInvocation, as_json: bool) -> None:
     """Write the context (so it can be read or built by hand) and print the invocation; build nothing.
     For another platform than this machine's, the context's uv of that CPU is fetched first."""
-    if inv.platform != host_platform():
-        fetch_uv(inv.platform, inv.sources, make_runner())
-    inv.files.write(inv.context)
+    inv.write_context(make_runner())
     if as_json:
         print_json(inv.to_dict())
         return

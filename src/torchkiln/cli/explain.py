@@ -13,10 +13,10 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, refuse_impossible
+from torchkiln.estimate import BuildEstimate, estimate_builds
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
 from torchkiln.plan import BuildPlan
-from torchkiln.render.extensions import BuildEstimate, estimate_builds
 
 
 def _estimate_table(estimates: tuple[BuildEstimate, ...], cores: int, mem_gib: float) -> Table:

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._common import JsonOpt, console, err_console, human_size, print_json, state
 from torchkiln.engines import get_engine, require_store
 from torchkiln.images.export import ExportFormat, export_image
 from torchkiln.runner import Runner
@@ -20,10 +20,6 @@ def _runner() -> Runner:
     if state.debug:
         return Runner(echo=lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]", highlight=False))
     return Runner()
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 @app.command("export")
@@ -58,7 +54,7 @@ def export_cmd(
     if json:
         print_json(result.to_dict())
         return
-    console.print(f"wrote {escape(str(result.path))} ({fmt}, {_size(result.size)}, {result.layers} layers) "
+    console.print(f"wrote {escape(str(result.path))} ({fmt}, {human_size(result.size)}, {result.layers} layers) "
                   f"in {result.seconds:.1f} s")
     if result.apptainer_command:
         console.print("turn it into a .sif where apptainer is installed:")

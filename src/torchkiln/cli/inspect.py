@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, err_console, print_json, state
+from torchkiln.cli._common import JsonOpt, console, err_console, human_size, print_json, state
 from torchkiln.errors import ExitCode, InputError
 from torchkiln.inspect.analyze import inspect_image_name, inspect_path, looks_like_path
 from torchkiln.inspect.coverage import Target, arch_sort_key, default_targets, parse_targets
@@ -27,16 +27,6 @@ EngineOpt = Annotated[
     str | None,
     typer.Option("--engine", help="docker or podman, for an image name (default: KILN_ENGINE, else the first usable)."),
 ]
-
-
-def human(n: int | float) -> str:
-    """Bytes as 1.5 GiB / 320.0 MiB / 12.0 KiB / 17 B."""
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} TiB"
 
 
 def _targets(texts: list[str] | None, spec: Path | None) -> tuple[Target, ...]:
@@ -76,10 +66,10 @@ def _print_image(report: InspectReport, top: int) -> None:
     assert img is not None
     tags = ", ".join(img.tags) or "untagged"
     plat = "/".join(x for x in (img.os, img.architecture) if x)
-    archive = f", archive {human(img.archive_size)}" if img.archive_size is not None else ""
+    archive = f", archive {human_size(img.archive_size)}" if img.archive_size is not None else ""
     console.print(
         f"[bold]{escape(report.source)}[/bold]  {img.format}  {escape(tags)}  {plat}  "
-        f"{human(img.size)} in {len(img.layers)} layer(s){archive}"
+        f"{human_size(img.size)} in {len(img.layers)} layer(s){archive}"
     )
     rd = report.read
     if rd.path == "direct":
@@ -97,48 +87,72 @@ def _print_image(report: InspectReport, top: int) -> None:
         cb = layer.created_by or layer.digest
         t.add_row(
             str(layer.index),
-            human(layer.size),
+            human_size(layer.size),
             str(layer.files),
-            human(layer.wasted) if layer.wasted else "",
+            human_size(layer.wasted) if layer.wasted else "",
             escape(cb if len(cb) <= 160 else cb[:157] + "…"),
         )
     console.print(t)
+    _print_sizes(report, top)
     waste = report.waste
     if waste is None:
         return
     if not waste.categories:
         console.print("No wasted bytes found.")
     else:
-        w = Table(title=f"Wasted bytes: {human(waste.total)}", title_justify="left")
+        w = Table(title=f"Wasted bytes: {human_size(waste.total)}", title_justify="left")
         w.add_column("what")
         w.add_column("bytes", justify="right")
         w.add_column("files", justify="right")
         w.add_column("biggest", overflow="fold")
         for cat in waste.categories:
             biggest = "\n".join(
-                f"{escape('/' + i.path)} ({human(i.bytes)}, layer {i.layer}"
+                f"{escape('/' + i.path)} ({human_size(i.bytes)}, layer {i.layer}"
                 + (f", removed in {i.removed_in}" if i.removed_in is not None else "")
                 + ")"
                 for i in cat.items[:top]
             )
             if len(cat.items) > top:
                 biggest += f"\n… {len(cat.items) - top} more"
-            w.add_row(cat.title, human(cat.bytes), str(cat.files), biggest)
+            w.add_row(cat.title, human_size(cat.bytes), str(cat.files), biggest)
         console.print(w)
     for note in report.notes:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def _print_sizes(report: InspectReport, top: int) -> None:
+    """What is big: the packages that take the most of the image as it runs."""
+    if not report.sizes:
+        return
+    total = sum(s.bytes for s in report.sizes)
+    t = Table(title=f"Biggest packages (of {human_size(total)} in files)", title_justify="left")
+    t.add_column("package")
+    t.add_column("version")
+    t.add_column("size", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("files", justify="right")
+    for s in report.sizes[:top]:
+        name = escape(s.package) if s.package else "[dim](no package)[/dim]"
+        t.add_row(name, escape(s.version or ""), human_size(s.bytes), f"{100 * s.bytes / max(total, 1):.0f}%",
+                  str(s.files))
+    if len(report.sizes) > top:
+        rest = report.sizes[top:]
+        t.add_row(f"[dim]… {len(rest)} more[/dim]", "", human_size(sum(s.bytes for s in rest)),
+                  f"{100 * sum(s.bytes for s in rest) / max(total, 1):.0f}%", str(sum(s.files for s in rest)))
+    console.print(t)
 
 
 def _print_coverage(report: InspectReport, show_binaries: bool) -> None:
     targets = report.targets
     cuda = [b for b in report.binaries if b.entries]
     n_entries = sum(len(b.device_entries) for b in cuda)
+    if not cuda and report.kind != "binary":  # a CPU image: there are no GPU targets to list or check
+        console.print("[bold]CPU only:[/bold] no CUDA binaries (no device code to check against GPU targets)")
+        return
     console.print(
         f"[bold]CUDA binaries:[/bold] {len(cuda)} with {n_entries} device-code entries; "
         f"targets: {', '.join(str(t) for t in targets)}"
     )
-    if not cuda and report.kind != "binary":
-        return
     if report.kind == "binary" or show_binaries:
         _print_binaries(cuda, targets)
     if report.kind != "binary":
@@ -236,7 +250,7 @@ def _print_arch_summary(b: BinaryReport) -> None:
         g[1] += int(e.compressed)
         g[2] += e.uncompressed_size if e.compressed else e.payload_size
     for (kind, arch), (n, nc, size) in sorted(groups.items(), key=lambda kv: _group_key(kv[0][0], kv[0][1])):
-        t.add_row(arch, kind, str(n), str(nc), human(size))
+        t.add_row(arch, kind, str(n), str(nc), human_size(size))
     console.print(t)
 
 
@@ -251,7 +265,8 @@ def _print_entries(b: BinaryReport) -> None:
     t.add_column("container", justify="right")
     for i, e in enumerate(b.entries, 1):
         size = e.uncompressed_size if e.compressed else e.payload_size
-        t.add_row(str(i), e.kind, e.arch, e.compression or "no", human(size), e.section or "(scan)", str(e.container))
+        t.add_row(str(i), e.kind, e.arch, e.compression or "no", human_size(size), e.section or "(scan)",
+                  str(e.container))
     console.print(t)
 
 
@@ -277,7 +292,8 @@ def _print_provenance(prov: dict[str, object]) -> None:
     console.print(t)
     sbom = prov["sbom"]
     if not isinstance(sbom, dict):
-        console.print("[dim]No SBOM on this machine for this image (kiln build writes one beside every image it builds).[/dim]")
+        console.print("[dim]No SBOM on this machine for this image (kiln build writes one beside every image it "
+                      "builds).[/dim]")
         return
     comps = sbom["components"]
     s = Table(title=f"SBOM ({sbom['format']}, {len(comps)} components): {escape(str(sbom['path']))}",
@@ -321,7 +337,9 @@ def inspect_cmd(
         bool,
         typer.Option("--all-sections", help="Also list relocatable device code (__nv_relfatbin), like cuobjdump -all."),
     ] = False,
-    top: Annotated[int, typer.Option("--top", help="Wasted-byte items to show per category.")] = 5,
+    top: Annotated[
+        int, typer.Option("--top", help="Rows to show: the biggest packages, and the wasted-byte items per category.")
+    ] = 5,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when a CUDA binary has no kernel image for some target.")
     ] = False,

@@ -8,10 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchkiln.building.execute import resolve_sources
-from torchkiln.building.invocation import BuildOptions
 from torchkiln.building.locking import lock_spec
-from torchkiln.building.sources import layer_from_flags
+from torchkiln.building.sources import layer_from_flags, resolve_sources
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import EngineOpt, make_runner
@@ -30,9 +28,15 @@ def lock_cmd(
         str | None, typer.Option("--base", help="Lock this base image instead of the plan's (as kiln build --base).")
     ] = None,
     engine_name: EngineOpt = None,
-    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")] = None,
-    extra_index_url: Annotated[list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")] = None,
-    find_links: Annotated[list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")] = None,
+    index_url: Annotated[
+        str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")
+    ] = None,
+    extra_index_url: Annotated[
+        list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")
+    ] = None,
+    find_links: Annotated[
+        list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")
+    ] = None,
     torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
@@ -51,8 +55,8 @@ def lock_cmd(
                              index_strategy=index_strategy, cwd=Path.cwd())
     engine = get_engine(engine_name, runner)
     _s, plan, spec_dir = load_plan(spec)
-    sources = resolve_sources(plan.sources, spec_dir.resolve(), BuildOptions(flags=flags, from_pip=sources_from_pip),
-                              runner)
+    sources = resolve_sources(flags=flags, plan_sources=plan.sources, spec_dir=spec_dir.resolve(),
+                              from_pip=sources_from_pip, runner=runner)
     if not json:
         err_console.print(f"locking {escape(str(spec))} for {plan.platform} (uv pip compile)", highlight=False)
     result = lock_spec(spec, engine, base=base, sources=sources, runner=runner, upgrade=upgrade)

@@ -9,8 +9,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from torchkiln.building.context import bake_context, fetch_uv, write_apptainer_context, write_context
+from torchkiln.building.context import bake_context, ensure_uv, write_apptainer_context, write_context
 from torchkiln.building.emulation import host_platform
+from torchkiln.building.options import ApptainerOptions
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
@@ -21,7 +22,7 @@ from torchkiln.plan import BuildPlan
 from torchkiln.render import render_dockerfile
 from torchkiln.render.apptainer import (
     DEFFILE,
-    ApptainerOptions,
+    REGISTRY_BOOTSTRAP,
     Bootstrap,
     render_apptainer,
 )
@@ -102,7 +103,7 @@ def _fetch_foreign_uv(plans: list[BuildPlan], spec_dir: Path) -> None:
     runner = Runner()
     for platform, plan in sorted(todo.items()):
         found = resolve_sources(plan_sources=plan.sources, spec_dir=spec_dir, from_pip=True, runner=runner)
-        fetch_uv(platform, found, runner)
+        ensure_uv(platform, found, runner)
 
 
 def _render_apptainer(
@@ -122,7 +123,7 @@ def _render_apptainer(
                     "files": [str(f.relative_to(out.resolve())) for f in files]})
         return
     console.print(f"wrote the Apptainer definition of {plan.image_ref} to {out / DEFFILE} ({len(files)} files)")
-    offline = "" if options.bootstrap == "docker" else f" --bootstrap {options.bootstrap}" + "".join(
+    offline = "" if options.bootstrap == REGISTRY_BOOTSTRAP else f" --bootstrap {options.bootstrap}" + "".join(
         f" {flag} {shlex.quote(value)}" for flag, value in (("--from", options.source),
                                                              ("--builder-from", options.builder_source)) if value)
     console.print(f"build it with: kiln build {spec_dir} --engine apptainer{offline}   "

@@ -12,10 +12,10 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, matrix_json, refuse_impossible
+from torchkiln.estimate import estimate_builds
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
 from torchkiln.plan import BuildPlan
-from torchkiln.render.extensions import estimate_builds
 
 
 def _builds(plan: BuildPlan) -> dict[str, str]:

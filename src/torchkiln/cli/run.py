@@ -70,7 +70,7 @@ def run_cmd(
     """
     _spec, plan, spec_dir = load_plan(spec)
     engine = get_engine(engine_name, make_runner())
-    ref = image_for(engine.name, plan, spec_dir.resolve(), target, tag)
+    ref = image_for(engine.info.output, plan, spec_dir.resolve(), target, tag)
     if not engine.image_exists(ref):
         raise missing_image(ref, engine.name, spec, target, tag)
     result = engine.run_request(RunRequest(

@@ -18,7 +18,7 @@ from rich.markup import escape
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import make_runner, missing_image
-from torchkiln.engines import Engine, get_engine
+from torchkiln.engines import Engine, get_engine_for, output_of
 from torchkiln.errors import InputError
 from torchkiln.verify.checks import CHECK_NAMES
 from torchkiln.verify.report import VerifyReport, render_report
@@ -43,11 +43,7 @@ def _names(values: list[str] | None, option: str) -> tuple[str, ...]:
 
 def _engine_for(image: str, name: str | None) -> Engine:
     runner = make_runner()
-    if name == "apptainer" or (name is None and is_sif_path(image)):
-        from torchkiln.engines.apptainer import probe_apptainer
-
-        return probe_apptainer(runner)
-    return get_engine(name, runner)
+    return get_engine_for(name, runner, sif_file=is_sif_path(image))
 
 
 def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], str]:
@@ -57,7 +53,7 @@ def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], 
     from torchkiln.load import load_plan
 
     _spec, plan, spec_dir = load_plan(spec)
-    return verify_spec(plan), image_for(engine_name or os.environ.get("KILN_ENGINE") or "", plan,
+    return verify_spec(plan), image_for(output_of(engine_name or os.environ.get("KILN_ENGINE")), plan,
                                         spec_dir.resolve())
 
 

@@ -35,9 +35,11 @@ from torchkiln.engines.engine import (
     ImageDetails,
     ImageStore,
     Mount,
+    Output,
     RunRequest,
     StepRecord,
     StoreEngine,
+    output_of,
     require_store,
 )
 from torchkiln.engines.oci import OciEngine, OciFlavour, Probe
@@ -59,19 +61,25 @@ __all__ = [
     "ImageDetails",
     "ImageStore",
     "Mount",
+    "Output",
     "OciEngine",
     "OciFlavour",
     "PodmanEngine",
     "RunRequest",
     "StepRecord",
     "StoreEngine",
+    "MATRIX_ENGINE",
     "get_engine",
+    "get_engine_for",
+    "output_of",
     "probe_engines",
     "require_store",
 ]
 
 #: the engines with an image store, in the order they are tried when none is named
 OCI_FLAVOURS: tuple[OciFlavour, ...] = (DOCKER, PODMAN)
+#: the engine whose client drives a pool of builders (``kiln build --matrix``: contexts, DOCKER_HOST, buildx)
+MATRIX_ENGINE = DOCKER.name
 
 
 def probe_engines(
@@ -133,3 +141,11 @@ def get_engine(
     if DOCKER.install_hint in hints and PODMAN.install_hint in hints:  # the docker hint names podman too
         hints.remove(PODMAN.install_hint)
     raise EngineMissingError(f"{what} ({reasons}).", hint=" ".join(hints))
+
+
+def get_engine_for(name: str | None, runner: Runner | None = None, *, sif_file: bool = False) -> Engine:
+    """The engine for an existing image: ``name``'s, else apptainer for a ``.sif`` file (``sif_file``),
+    else as ``get_engine``."""
+    if output_of(name) == "sif" or (name is None and sif_file):
+        return probe_apptainer(runner or Runner())
+    return get_engine(name, runner)

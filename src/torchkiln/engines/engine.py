@@ -27,6 +27,13 @@ ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman", "apptainer")
 #: the engines picked when none is named; apptainer builds .sif files, not images in a store, so it
 #: is used only when asked for by name (``--engine apptainer`` or ``KILN_ENGINE=apptainer``)
 AUTO_ENGINES: tuple[EngineName, ...] = ("docker", "podman")
+#: what a build makes: an image in the engine's store (docker, podman) or a .sif file (apptainer)
+Output = Literal["image", "sif"]
+
+
+def output_of(name: str | None) -> Output:
+    """What the engine called ``name`` builds (None: the default engine, docker or podman: an image)."""
+    return "sif" if name == "apptainer" else "image"
 
 StepStatus = Literal["running", "cached", "done", "error"]
 
@@ -40,6 +47,29 @@ class EngineInfo:
     #: how images are built: "buildx" (docker buildx build), "buildkit" (docker build with
     #: DOCKER_BUILDKIT=1), "buildah" (podman build)
     builder: str
+
+    # -- capabilities: planning and the CLI ask these, never the engine's name ---------------------
+
+    @property
+    def output(self) -> Output:
+        """What a build makes: an image in the store (tags, push, --platform, registry cache) or a .sif."""
+        return output_of(self.name)
+
+    @property
+    def cross_platform(self) -> bool:
+        """Whether it builds for another platform than its machine's (``--platform``, emulated or not)."""
+        return self.output == "image"
+
+    @property
+    def inline_cache(self) -> bool:
+        """Whether a registry cache is exported inline, in the image (docker's classic builder: the
+        image is then pushed as the cache reference after the build); buildx and podman push it themselves."""
+        return self.name == "docker" and self.builder != "buildx"
+
+    @property
+    def remote_builders(self) -> bool:
+        """Whether the client drives other daemons and builders (docker contexts, DOCKER_HOST, buildx builders)."""
+        return self.name == "docker"
 
     def to_dict(self) -> dict[str, str]:
         return {
@@ -87,6 +117,12 @@ class StepRecord:
         return text if len(text) <= 110 else text[:107] + "..."
 
     @property
+    def label(self) -> str:
+        """What the step does, for people: ``install numpy==2.3.5``, ``install -r requirements-torch.txt``,
+        ``apt install libgl1`` for the install steps torchkiln renders; else the ``title``."""
+        return install_label(self.name) or self.title
+
+    @property
     def is_instruction(self) -> bool:
         """A Dockerfile instruction (not BuildKit's context transfer, metadata or export steps)."""
         return self.stage not in ("internal", "export", "auth", "")
@@ -99,6 +135,40 @@ class StepRecord:
             "status": self.status,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }
+
+
+#: options of ``uv pip install`` / ``apt-get install`` that take a value (skipped with it in a label)
+_VALUED = frozenset({"--python", "-p", "-c", "--constraint", "--config-file", "--target", "--index-url", "-i",
+                     "--extra-index-url", "-f", "--find-links", "--python-platform", "--only-binary", "-o"})
+_INSTALLS = (("uv pip install", "install"), ("apt-get install", "apt install"))
+
+
+def install_label(instruction: str) -> str | None:
+    """``install PKG …`` for a step whose command installs packages (uv pip, apt-get), else None.
+
+    Reads the instruction's first install command up to its ``&&``/``;``/``||``/``}``: the package words
+    stay, options go, ``-r FILE`` becomes ``-r`` and the file's name. Plain text: nothing is run.
+    """
+    for command, verb in _INSTALLS:
+        at = instruction.find(command)
+        if at < 0:
+            continue
+        rest = re.split(r"&&|\|\||;|\}|\n", instruction[at + len(command):], maxsplit=1)[0].rstrip(" \\")
+        words, skip = [], False
+        for word in rest.split():
+            if skip:
+                skip = False
+            elif word in ("-r", "--requirement"):
+                words.append("-r")
+            elif word.startswith("-"):
+                skip = word in _VALUED
+            else:
+                word = word.strip("'\"")
+                words.append(word.rsplit("/", 1)[-1] if words[-1:] == ["-r"] or "/" in word else word)
+        if words:
+            text = f"{verb} {' '.join(words)}"
+            return text if len(text) <= 110 else text[:107] + "..."
+    return None
 
 
 @dataclass(frozen=True)
@@ -452,7 +522,8 @@ def check_reference(ref: str, option: str) -> str:
     if not ref or "://" in ref or any(c.isspace() for c in ref) or not _REFERENCE.match(rest):
         raise InputError(
             f"{option} {ref!r} is not an image reference.",
-            hint=f"Give a registry reference without a scheme, e.g. {option} registry.example.com:5000/team/app:buildcache.",
+            hint=f"Give a registry reference without a scheme, e.g. {option} "
+                 "registry.example.com:5000/team/app:buildcache.",
         )
     return ref
 

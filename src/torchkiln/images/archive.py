@@ -27,7 +27,7 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from torchkiln.errors import InputError
 from torchkiln.images._io import ForwardReader, IOStats, RangeFile, TimedReader, Window
@@ -224,14 +224,14 @@ class ImageArchive:
     def layer_stream(self, layer: LayerRef) -> IO[bytes]:
         """The layer's tar, decompressed, as a sequential stream."""
         what = f"layer {layer.index} ({layer.path}) of {self.meta.source}"
-        return decompressed(self.blob(layer), layer.compression, what, self.stats)
+        return decompressed(cast(IO[bytes], self.blob(layer)), layer.compression, what, self.stats)
 
     def iter_layer(self, layer: LayerRef) -> Iterator[Member]:
         """The entries of one layer in tar order (whiteouts included, marked)."""
         blob = self.blob(layer)
         what = f"layer {layer.index} ({layer.path}) of {self.meta.source}"
         if layer.compression != "none":
-            yield from iter_layer_stream(decompressed(blob, layer.compression, what, self.stats), what)
+            yield from iter_layer_stream(decompressed(cast(IO[bytes], blob), layer.compression, what, self.stats), what)
             return
         try:
             with tarfile.open(fileobj=blob, mode="r:") as tar:
@@ -245,7 +245,8 @@ class ImageArchive:
                     if m.path:
                         yield m
         except (tarfile.TarError, EOFError, ValueError, OverflowError) as e:
-            raise InputError(f"{what} is not a readable tar ({e}).", hint="The archive is corrupt or truncated.") from None
+            raise InputError(f"{what} is not a readable tar ({e}).",
+                             hint="The archive is corrupt or truncated.") from None
 
 
 def decompressed(blob: IO[bytes], compression: Compression, what: str, stats: IOStats | None) -> IO[bytes]:
@@ -261,7 +262,7 @@ def decompressed(blob: IO[bytes], compression: Compression, what: str, stats: IO
             f"{what} is zstd-compressed and the zstandard module is not installed.",
             hint="pip install zstandard",
         ) from None
-    reader = zstandard.ZstdDecompressor().stream_reader(blob, read_across_frames=True)  # type: ignore[arg-type]
+    reader = zstandard.ZstdDecompressor().stream_reader(blob, read_across_frames=True)
     return TimedReader(reader, stats)  # type: ignore[return-value]
 
 
@@ -274,7 +275,7 @@ def iter_layer_stream(stream: IO[bytes], what: str, stats: IOStats | None = None
     """
     reader = stream if isinstance(stream, (ForwardReader, Window)) else ForwardReader(stream)
     try:
-        with tarfile.open(fileobj=reader, mode="r:") as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=reader, mode="r:") as tar:
             for ti in tar:
                 m = member_of(ti)
                 if m.type == "file":  # content read from the reader itself, only if asked for

@@ -185,7 +185,8 @@ def docker_archive_meta(
                 entry = m
                 break
     config_name = _str(entry.get("Config"), f"{what}: Config")
-    layer_names = [_str(x, f"{what}: Layers[{i}]") for i, x in enumerate(_opt_list(entry.get("Layers"), f"{what}: Layers"))]
+    layer_names = [_str(x, f"{what}: Layers[{i}]")
+                   for i, x in enumerate(_opt_list(entry.get("Layers"), f"{what}: Layers"))]
     config_raw = read_blob(config_name)
     config = config_of(config_raw, f"{source}: {config_name}")
     ids = diff_ids(config, f"{source}: {config_name}")
@@ -216,8 +217,9 @@ def _pick(index: dict[str, Any], what: str, tag: str | None) -> dict[str, Any]:
     machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
     def rank(m: dict[str, Any]) -> int:
-        plat = m.get("platform") if isinstance(m.get("platform"), dict) else {}
-        ann = m.get("annotations") if isinstance(m.get("annotations"), dict) else {}
+        p, a = m.get("platform"), m.get("annotations")
+        plat: dict[str, Any] = p if isinstance(p, dict) else {}
+        ann: dict[str, Any] = a if isinstance(a, dict) else {}
         if ann.get("vnd.docker.reference.type") == "attestation-manifest" or plat.get("os") == "unknown":
             return 2
         return 0 if plat.get("architecture") in (None, machine) else 1
@@ -263,7 +265,8 @@ def oci_meta(
     cfg_name = blob_name(cfg_desc.get("digest"), what)
     config_raw = read_blob(cfg_name)
     config = config_of(config_raw, f"{source}: {cfg_name}")
-    layer_descs = [_obj(d, f"{what}: layers[{i}]") for i, d in enumerate(_opt_list(manifest.get("layers"), f"{what}: layers"))]
+    layer_descs = [_obj(d, f"{what}: layers[{i}]")
+                   for i, d in enumerate(_opt_list(manifest.get("layers"), f"{what}: layers"))]
     ids = diff_ids(config, f"{source}: {cfg_name}")
     history = history_for_layers(config, len(layer_descs))
     layers = []

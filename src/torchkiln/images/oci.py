@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from torchkiln.errors import InputError
 from torchkiln.images.archive import ImageArchive
@@ -78,8 +78,8 @@ def write_oci_archive(
                     progress(ref.index)
                 digest = _blob_digest(ref.path, ref.digest)
                 blob = image.blob(ref)
-                hashing = _Hashing(blob)
-                out.addfile(_tarinfo(f"blobs/sha256/{digest.split(':', 1)[1]}", blob.size), hashing)  # type: ignore[arg-type]
+                hashing = _Hashing(cast(IO[bytes], blob))
+                out.addfile(_tarinfo(f"blobs/sha256/{digest.split(':', 1)[1]}", blob.size), hashing)
                 got = "sha256:" + hashing.h.hexdigest()
                 if got != digest:
                     raise InputError(f"layer {ref.path} of {meta.source} has digest {got}, expected {digest} "

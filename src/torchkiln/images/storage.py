@@ -109,7 +109,8 @@ def locate(
     if (why := remote_reason(engine, env)) is not None:
         raise NotInPlace(why)
     if driver != DRIVERS[engine]:
-        raise NotInPlace(f"{engine} uses the {driver or 'unknown'} storage driver (only {DRIVERS[engine]} is read in place)")
+        raise NotInPlace(f"{engine} uses the {driver or 'unknown'} storage driver "
+                         f"(only {DRIVERS[engine]} is read in place)")
     if os.geteuid() != 0:
         raise NotInPlace(f"reading {engine}'s storage in place needs root (this is uid {os.geteuid()})")
     upper = driver_data.get("UpperDir", "")
@@ -238,9 +239,9 @@ def iter_layer_dir(root: Path, stats: IOStats | None = None) -> Iterator[Member]
             for m in batch:
                 pending[id(m)] = fut
         for m in members:
-            fut = pending.pop(id(m), None)
-            if fut is not None:
-                fut.result()
+            waiting = pending.pop(id(m), None)
+            if waiting is not None:
+                waiting.result()
                 if stats is not None:
                     stats.add(len(m._head), 0.0)
             yield m

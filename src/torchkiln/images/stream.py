@@ -3,7 +3,8 @@
 ``docker save`` writes the layers before the ``manifest.json`` that orders them, so each layer is
 handed to ``scan`` as it passes (with its name in the archive) and the image's metadata is built
 at the end from the small JSON files kept on the way (:func:`torchkiln.images.meta.docker_archive_meta`,
-the same parser as for an archive file). Layer blobs are told from the other files by their name or first bytes (a tar header, gzip or zstd).
+the same parser as for an archive file). Layer blobs are told from the other files by their name or
+first bytes (a tar header, gzip or zstd).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Callable, Iterator
-from typing import IO, TypeVar
+from typing import IO, TypeVar, cast
 
 from torchkiln.errors import InputError
 from torchkiln.images._io import ForwardReader, IOStats, Window
@@ -41,7 +42,7 @@ def read_saved_stream(
     aliases: dict[str, str] = {}
     reader = ForwardReader(stream)
     try:
-        with tarfile.open(fileobj=reader, mode="r:") as outer:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=reader, mode="r:") as outer:
             for ti in outer:
                 name = norm_path(ti.name)
                 if ti.issym() or ti.islnk():
@@ -64,7 +65,7 @@ def read_saved_stream(
                 what = f"layer {name} of {source}"
                 layer: IO[bytes] = window  # type: ignore[assignment]
                 if comp != "none":
-                    layer = ForwardReader(decompressed(window, comp, what, stats))  # type: ignore[arg-type]
+                    layer = cast(IO[bytes], ForwardReader(decompressed(cast(IO[bytes], window), comp, what, stats)))
                 layers[name] = (ti.size, head[:4], scan(iter_layer_stream(layer, what, stats)))
         reader.seek(1 << 62)  # what follows the tar's end (the engine's padding): skipped, counted
         size = reader.tell()
@@ -96,7 +97,8 @@ def read_saved_stream(
 
     if "manifest.json" not in small:
         raise InputError(f"{source} has no manifest.json (not a docker-archive stream).",
-                         hint="Save the image as a docker-archive (`docker save` / `podman save --format docker-archive`).")
+                         hint="Save the image as a docker-archive (`docker save` / "
+                              "`podman save --format docker-archive`).")
     manifest = parse_json(small["manifest.json"], f"{source}: manifest.json")
     meta = docker_archive_meta(manifest, read_blob, layer_info, source, tag, size)
     return meta, [layers[resolve(ref.path)][2] for ref in meta.layers]

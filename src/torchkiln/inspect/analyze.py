@@ -1,7 +1,8 @@
 """Inspect an image, a wheel or one ELF file: read it, then compute waste and GPU coverage.
 
 This is the side-effect layer of ``kiln inspect`` (it reads files and, for an image name, reads the
-layer folders of the engine's storage in place or asks the engine to export the image); everything it computes is delegated to the pure modules
+layer folders of the engine's storage in place or asks the engine to export the image); everything it
+computes is delegated to the pure modules
 (``waste``, ``coverage``) and returned as an :class:`~torchkiln.inspect.report.InspectReport`.
 """
 
@@ -16,7 +17,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -43,6 +44,7 @@ from torchkiln.inspect.report import (
     ImageInfo,
     InspectReport,
     LayerReport,
+    PackageSize,
     ReadInfo,
     ReportKind,
     ScanStats,
@@ -305,7 +307,8 @@ def inspect_wheel(path: Path, targets: Sequence[Target], *, all_sections: bool =
         raise InputError(f"{path} holds encrypted members ({e}); a wheel is never encrypted.",
                          hint="Rebuild the wheel (`pip wheel`) or download it again.") from None
     except (EOFError, OSError, zlib.error, ValueError) as e:
-        raise InputError(f"{path} is truncated, corrupt or unreadable ({e}).", hint="Download the wheel again.") from None
+        raise InputError(f"{path} is truncated, corrupt or unreadable ({e}).",
+                         hint="Download the wheel again.") from None
     stats = ScanStats(files, elf_files, nbytes, time.perf_counter() - t0, read_s)
     notes = []
     want = next((m for m, p in OCI_PLATFORMS.items() if p == platform), None)
@@ -389,7 +392,8 @@ def scan_layer(members: Iterable[Member], targets: Sequence[Target], *, all_sect
 
 
 def _placed(scan: LayerScan, index: int) -> LayerFiles:
-    records = scan.records if index == 0 else [FileRecord(r.path, index, r.type, r.size, r.linkname) for r in scan.records]
+    records = (scan.records if index == 0
+               else [FileRecord(r.path, index, r.type, r.size, r.linkname) for r in scan.records])
     return LayerFiles(index, records, list(scan.whiteouts))
 
 
@@ -442,7 +446,22 @@ def image_report(
             f"The image has a compiler (/{waste.compiler}), so headers and static libraries are not counted as waste."
         )
     plat = f"{meta.os or 'linux'}/{meta.architecture}" if meta.architecture else None
-    return _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes, platform=plat)
+    report = _finish("image", source, targets, binaries, stats, image=info, waste=waste, notes=notes, platform=plat)
+    return replace(report, sizes=package_sizes(final, owners_from_metadata(live_meta)))
+
+
+def package_sizes(final: Mapping[str, FileRecord], owners: Mapping[str, Owner]) -> tuple[PackageSize, ...]:
+    """Bytes and files of the final file system per owning package (dist-info RECORDs, dpkg lists,
+    conda-meta), biggest first; files no package lists count under None."""
+    acc: dict[Owner | None, list[int]] = {}
+    for path, rec in final.items():
+        if rec.type != "file":
+            continue
+        a = acc.setdefault(owners.get(path), [0, 0])
+        a[0] += rec.size
+        a[1] += 1
+    rows = [PackageSize(o[0] if o else None, o[1] if o else None, b, n) for o, (b, n) in acc.items()]
+    return tuple(sorted(rows, key=lambda r: (-r.bytes, r.package or "")))
 
 
 class Meter:

@@ -261,7 +261,8 @@ def _parse_container(
                 f"fat binary entry at {pos:#x} (header {ehsize}, payload {psize}) does not fit its container"
             )
         if not 10 <= sm <= 999:  # ArchEntry names have two or three digits; sm_4266763536 is corruption
-            raise FatbinError(f"fat binary entry at {pos:#x} claims architecture sm_{sm}, which is not a GPU architecture")
+            raise FatbinError(f"fat binary entry at {pos:#x} claims architecture sm_{sm}, "
+                              "which is not a GPU architecture")
         ident = None
         if idoff and idlen and idoff + idlen <= ehsize + psize and idlen <= 4096:
             ident = read_at(pos + idoff, idlen).split(b"\0", 1)[0].decode("utf-8", "replace") or None

@@ -21,6 +21,7 @@ JSON shape (``InspectReport.to_dict``)::
                     "embedded": {sections, entries, other_entries, archs} | null,
                     "coverage": {"9.0": {runs, entry, how, embedded}}, "failing": ["9.0", ...]}],
       "packages": [{package, version, binaries, entries, archs, targets: {"9.0": {binaries_ok, failing}}}],
+      "sizes": [{package, version, bytes, files}],  (images: biggest first; package null: owned by none)
       "summary": {files, elf_files, cuda_binaries, entries, failing_binaries, wasted, errors},
       "notes": ["..."]
     }
@@ -219,6 +220,20 @@ class ScanStats:
 
 
 @dataclass(frozen=True)
+class PackageSize:
+    """What one package (a Python distribution, a Debian or conda package) takes in the image as it runs:
+    the bytes and count of its files in the final file system; ``package`` None for files no package owns."""
+
+    package: str | None
+    version: str | None
+    bytes: int
+    files: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"package": self.package, "version": self.version, "bytes": self.bytes, "files": self.files}
+
+
+@dataclass(frozen=True)
 class InspectReport:
     kind: ReportKind
     source: str
@@ -234,6 +249,8 @@ class InspectReport:
     platform: str | None = None
     #: CPU architectures of the ELF files read (sorted)
     machines: tuple[str, ...] = ()
+    #: images: every package's share of the final file system, biggest first ("what is big")
+    sizes: tuple[PackageSize, ...] = ()
 
     @property
     def failing(self) -> tuple[BinaryReport, ...]:
@@ -262,6 +279,7 @@ class InspectReport:
             "waste": waste,
             "binaries": [b.to_dict() for b in self.binaries],
             "packages": [p.to_dict() for p in self.packages],
+            "sizes": [s.to_dict() for s in self.sizes],
             "summary": {
                 "files": self.stats.files,
                 "elf_files": self.stats.elf_files,

@@ -36,8 +36,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from torchkiln import __version__
 from torchkiln.contract import (
@@ -61,6 +60,8 @@ Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", 
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
 #: bootstraps whose ``From:`` names an image reference (the plan's base image by default)
 _REF_BOOTSTRAPS = ("docker", "docker-daemon")
+#: the default bootstrap: ``From:`` is pulled from a registry by ``apptainer build`` itself
+REGISTRY_BOOTSTRAP: Bootstrap = "docker"
 
 DEFFILE = "kiln.def"
 #: what ``checks.py`` exits with when no CUDA device is visible (torchkiln.errors.ExitCode.NO_GPU)
@@ -77,9 +78,9 @@ _LABEL_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./@+-]+$")
 
 
-@dataclass(frozen=True)
-class ApptainerOptions:
-    """How the definition gets its base image.
+class BaseSource(Protocol):
+    """Where the definition's base comes from (``torchkiln.building.options.ApptainerOptions``, the
+    build option, is one; None means ``Bootstrap: docker`` from the plan's base image).
 
     ``docker`` pulls ``source`` (default: the plan's base image) from a registry at build time. For
     offline sites: ``docker-daemon`` takes it from the local Docker daemon, ``docker-archive`` /
@@ -87,47 +88,58 @@ class ApptainerOptions:
     ``.sif`` on disk; those three need ``source`` (a path, absolute or relative to the build folder).
     """
 
-    bootstrap: Bootstrap = "docker"
-    source: str | None = None
-    #: the builder stage's base (two-stage definitions only): default the plan's toolchain image
-    builder_source: str | None = None
+    @property
+    def bootstrap(self) -> str: ...
 
     @property
-    def takes_files(self) -> bool:
-        """Whether ``source`` / ``builder_source`` are file paths (not image references)."""
-        return self.bootstrap not in _REF_BOOTSTRAPS
+    def source(self) -> str | None: ...
 
-    def builder_from_value(self, plan: BuildPlan) -> str:
-        image = _builder_image(plan)
-        value = self.builder_source
-        if value is None:
-            if self.bootstrap not in _REF_BOOTSTRAPS:
-                raise InputError(
-                    f"this plan compiles on {image}, and Bootstrap {self.bootstrap} needs that image as a file too.",
-                    hint=(f"Pass it with --builder-from (written by `kiln export {image} --format "
-                          f"{self.bootstrap if self.bootstrap != 'localimage' else 'sif'} -o builder.tar`)."),
-                )
-            value = image
-        return _from_checked(value)
+    #: the builder stage's base (two-stage definitions only): default the plan's toolchain image
+    @property
+    def builder_source(self) -> str | None: ...
 
-    def from_value(self, plan: BuildPlan) -> str:
-        if self.bootstrap not in BOOTSTRAPS:
+
+def takes_files(bootstrap: str) -> bool:
+    """Whether a bootstrap's ``From:`` is a file path (not an image reference)."""
+    return bootstrap not in _REF_BOOTSTRAPS
+
+
+def builder_from_value(plan: BuildPlan, options: BaseSource | None) -> str:
+    """The builder stage's ``From:`` (two-stage definitions)."""
+    image = _builder_image(plan)
+    bootstrap = "docker" if options is None else options.bootstrap
+    value = None if options is None else options.builder_source
+    if value is None:
+        if bootstrap not in _REF_BOOTSTRAPS:
             raise InputError(
-                f"unknown Apptainer bootstrap {self.bootstrap!r}.",
-                hint=f"Use one of: {', '.join(BOOTSTRAPS)}.",
+                f"this plan compiles on {image}, and Bootstrap {bootstrap} needs that image as a file too.",
+                hint=(f"Pass it with --builder-from (written by `kiln export {image} --format "
+                      f"{bootstrap if bootstrap != 'localimage' else 'sif'} -o builder.tar`)."),
             )
-        value = self.source
-        if value is None:
-            if self.bootstrap not in _REF_BOOTSTRAPS:
-                raise InputError(
-                    f"Bootstrap {self.bootstrap} needs the path of the base image file.",
-                    hint=(
-                        "Pass it with --from (e.g. --bootstrap oci-archive --from base.oci.tar, written by "
-                        f"`kiln export {plan.base_image} --format oci-archive -o base.oci.tar`)."
-                    ),
-                )
-            value = plan.base_image
-        return _from_checked(value)
+        value = image
+    return _from_checked(value)
+
+
+def from_value(plan: BuildPlan, options: BaseSource | None) -> str:
+    """The final stage's ``From:``: ``options.source``, or the plan's base image for a reference bootstrap."""
+    bootstrap = "docker" if options is None else options.bootstrap
+    if bootstrap not in BOOTSTRAPS:
+        raise InputError(
+            f"unknown Apptainer bootstrap {bootstrap!r}.",
+            hint=f"Use one of: {', '.join(BOOTSTRAPS)}.",
+        )
+    value = None if options is None else options.source
+    if value is None:
+        if bootstrap not in _REF_BOOTSTRAPS:
+            raise InputError(
+                f"Bootstrap {bootstrap} needs the path of the base image file.",
+                hint=(
+                    "Pass it with --from (e.g. --bootstrap oci-archive --from base.oci.tar, written by "
+                    f"`kiln export {plan.base_image} --format oci-archive -o base.oci.tar`)."
+                ),
+            )
+        value = plan.base_image
+    return _from_checked(value)
 
 
 def _from_checked(value: str) -> str:
@@ -207,10 +219,10 @@ def _section(name: str, body: list[str], args: str = "") -> list[str]:
 # -- the pieces ----------------------------------------------------------------------------------------
 
 
-def header(plan: BuildPlan, options: ApptainerOptions, stage: str | None = None) -> list[str]:
+def header(plan: BuildPlan, options: BaseSource | None, stage: str | None = None) -> list[str]:
     return [
-        f"Bootstrap: {options.bootstrap}",
-        f"From: {options.from_value(plan)}",
+        f"Bootstrap: {'docker' if options is None else options.bootstrap}",
+        f"From: {from_value(plan, options)}",
         *([f"Stage: {stage}"] if stage else []),
         "",
         *rendered_by(plan),
@@ -281,11 +293,11 @@ def section_files(plan: BuildPlan, *, app: bool = True, sources: bool = True) ->
     return _section("files", body)
 
 
-def builder_stage(plan: BuildPlan, options: ApptainerOptions) -> list[list[str]]:
+def builder_stage(plan: BuildPlan, options: BaseSource | None) -> list[list[str]]:
     """The builder stage of a two-stage definition: the whole venv, compiled on the toolchain image."""
     head = [
-        f"Bootstrap: {options.bootstrap}",
-        f"From: {options.builder_from_value(plan)}",
+        f"Bootstrap: {'docker' if options is None else options.bootstrap}",
+        f"From: {builder_from_value(plan, options)}",
         f"Stage: {BUILDER}",
         "",
         f"# builder: torch, packages and extensions installed into {VENV} on {_builder_image(plan)}, which has the",
@@ -630,9 +642,8 @@ def section_test(plan: BuildPlan) -> list[str]:
     ])
 
 
-def render_apptainer(plan: BuildPlan, options: ApptainerOptions | None = None) -> str:
+def render_apptainer(plan: BuildPlan, options: BaseSource | None = None) -> str:
     """The whole definition file for a plan."""
-    options = options or ApptainerOptions()
     staged = two_stage(plan)
     blocks = [
         *(builder_stage(plan, options) if staged else []),
@@ -689,7 +700,7 @@ def scriptlets(text: str) -> dict[str, str]:
     return out
 
 
-def apptainer_files(plan: BuildPlan, options: ApptainerOptions | None = None) -> dict[str, str]:
+def apptainer_files(plan: BuildPlan, options: BaseSource | None = None) -> dict[str, str]:
     """Every generated text file of the Apptainer build folder, by relative path (sorted)."""
     torch_reqs = proj.torch_requirements(plan) or [plan.torch.requirement, *plan.torch.companions]
     files = {

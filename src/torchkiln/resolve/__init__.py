@@ -46,16 +46,13 @@ from torchkiln.resolve.ext import (
     _patched,
     _Target,
     _targets,
+    driver_key,
 )
 from torchkiln.spec import Spec
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
     from torchkiln.project import ProjectFacts
-
-
-def _driver_key(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("."))
 
 
 def _variant_name(cuda: str) -> str:
@@ -125,7 +122,7 @@ def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb
                 problems.append(f"CUDA {c.cuda} cannot compile for {t.name} (compute capability {t.capability}; "
                                 f"it targets {lo} to {hi})")
     floor, _ = kb.driver_floor(c.cuda)
-    if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(floor):
+    if spec.gpu.min_driver is not None and driver_key(spec.gpu.min_driver) < driver_key(floor):
         problems.append(
             f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver {spec.gpu.min_driver}"
         )
@@ -150,7 +147,7 @@ def _gpu_driver_problems(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge
     return [f"{t.name} needs driver {driver} or newer (the first driver that knows compute capability "
             f"{t.capability}, shipped with CUDA {cuda}), but the image must run on driver {spec.gpu.min_driver}"
             for t, driver, cuda, _src in _gpu_driver_floors(targets, kb)
-            if _driver_key(spec.gpu.min_driver) < _driver_key(driver)]
+            if driver_key(spec.gpu.min_driver) < driver_key(driver)]
 
 
 def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -202,7 +199,7 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
                 )
     floor, _ = kb.driver_floor(c.cuda)
     if spec.gpu.min_driver is not None:
-        if _driver_key(spec.gpu.min_driver) < _driver_key(floor):
+        if driver_key(spec.gpu.min_driver) < driver_key(floor):
             problems.append(
                 f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver "
                 f"{spec.gpu.min_driver}"
@@ -212,7 +209,7 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
             for t in targets:
                 cov = coverage(t.capability, row.entries)
                 if cov.entry is not None and cov.entry.kind == "ptx" and toolkit is not None:
-                    if _driver_key(spec.gpu.min_driver) < _driver_key(toolkit[0]):
+                    if driver_key(spec.gpu.min_driver) < driver_key(toolkit[0]):
                         problems.append(
                             f"{t.name} would run torch's PTX, which the driver must JIT-compile: PTX from "
                             f"CUDA {c.cuda} needs driver {toolkit[0]}, newer than {spec.gpu.min_driver}"
@@ -346,9 +343,9 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
                 text, patch = _torch_idea(c)
                 yield "python", f'[python] version = "{v}" with {text}', {**patch, "python": {"version": v}}
     too_new = [(t, driver) for t, driver, _cuda, _src in _gpu_driver_floors(targets, kb)
-               if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(driver)]
+               if spec.gpu.min_driver is not None and driver_key(spec.gpu.min_driver) < driver_key(driver)]
     if too_new:
-        needed = max((d for _, d in too_new), key=_driver_key)
+        needed = max((d for _, d in too_new), key=driver_key)
         yield "driver", f'[gpu] min_driver = "{needed}" (the oldest driver that knows every target)', {
             "gpu": {"min_driver": needed}}
         keep = [t.name for t in targets if t not in {x for x, _ in too_new}]
@@ -747,9 +744,9 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         require = f"cuda>={major}.0"
         why = (f"CUDA {chosen.cuda} runs on any driver of the CUDA {major} family (minor-version compatibility); "
                f"NVIDIA_REQUIRE_CUDA={require}")
-        gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if _driver_key(f[1]) > _driver_key(min_driver)]
+        gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if driver_key(f[1]) > driver_key(min_driver)]
         if gpu_floors:
-            t, min_driver, first, min_driver_source = max(gpu_floors, key=lambda f: _driver_key(f[1]))
+            t, min_driver, first, min_driver_source = max(gpu_floors, key=lambda f: driver_key(f[1]))
             why += (f"; but {t.name} (compute capability {t.capability}) needs {min_driver}, the first driver "
                     f"that knows it (CUDA {first})")
         decisions.append(Decision("driver floor", min_driver, why, min_driver_source))

@@ -47,6 +47,11 @@ class _Candidate:
         return self.release.on(self.host)
 
 
+def driver_key(version: str) -> tuple[int, ...]:
+    """An NVIDIA driver version ("535.104.05") as numbers, for comparing floors."""
+    return tuple(int(p) for p in version.split("."))
+
+
 def _extension_problems(
     ext: ExtensionSpec, c: _Candidate, targets: tuple[_Target, ...], kb: Knowledge
 ) -> list[str]:

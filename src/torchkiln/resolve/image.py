@@ -40,17 +40,14 @@ from torchkiln.resolve.ext import (
     _host,
     _patched,
     _targets,
+    driver_key,
 )
 from torchkiln.spec import Spec
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
 
 _BUILDER_APT = ("build-essential", "ccache")
-
-
-def _driver_key(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("."))
 
 
 def _version_matches(asked: str, have: str) -> bool:
@@ -102,7 +99,7 @@ def _own_torch_idea(spec: Spec) -> tuple[str, dict[str, Any]]:
 def _facts(
     spec: Spec, kb: Knowledge, facts: ImageFacts | None, warnings: list[str]
 ) -> tuple[ImageFacts, NgcRelease | None]:
-    from torchkiln.images.facts import cross_check, facts_from_ngc_row, ngc_row_for
+    from torchkiln.image_facts import cross_check, facts_from_ngc_row, ngc_row_for
 
     image = spec.base.image
     row = ngc_row_for(image, facts, kb)
@@ -215,7 +212,7 @@ def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None, *, own: R
     if cuda is not None:
         floor, src = kb.driver_floor(cuda)
         ngc_note = f" NGC {row.ngc}: {row.driver_note}." if row is not None and row.driver_note else ""
-        if spec.gpu.min_driver is not None and _driver_key(spec.gpu.min_driver) < _driver_key(floor):
+        if spec.gpu.min_driver is not None and driver_key(spec.gpu.min_driver) < driver_key(floor):
             problems.append(
                 f"the torch of {image} is built with CUDA {cuda}, which needs driver {floor} or newer, but the image "
                 f"must run on driver {spec.gpu.min_driver}.{ngc_note}".rstrip("."))

@@ -26,7 +26,7 @@ from torchkiln.plan import BuildPlan, Decision, ProjectPlan
 from torchkiln.spec import Spec
 
 if TYPE_CHECKING:
-    from torchkiln.images.facts import ImageFacts
+    from torchkiln.image_facts import ImageFacts
     from torchkiln.project import ProjectFacts, TorchPin
 
 Resolver = Callable[..., BuildPlan]

@@ -5,10 +5,12 @@ This file is copied or mounted into images and run as a script::
     python checks.py [--json] [--spec-json FILE] [--scan DIR]... [--only a,b] [--skip c]
 
 so it imports nothing but the standard library and torch (torch lazily, so that a missing or
-broken torch is itself reported). It must never import torchkiln at module level. It may use a
-stdlib-only fat-binary reader, ``fatbin.py``, when one sits next to it (the host-side runner puts
-it there) or in the source tree beside it (``../inspect/fatbin.py``); otherwise it falls back to
-``cuobjdump`` when that is on PATH, and says which reader it used.
+broken torch is itself reported). It must never import torchkiln at module level. Two stdlib-only
+torchkiln modules travel beside it in every bundle (an image's ``/opt/kiln/verify``, ``kiln
+verify``'s staged folder) and are loaded from there, else from the source tree around it:
+``arch.py``, the one set of compatibility rules (which device code runs on which GPU), and
+``fatbin.py``, the ELF and fat-binary reader. Without ``fatbin.py`` it falls back to ``cuobjdump``
+when that is on PATH, and says which reader it used.
 
 Each check returns a name, a status (pass / fail / skip with a reason), the seconds it took and
 details. The order matters: the checks that read compiled architectures run before the first
@@ -17,8 +19,7 @@ kernel launch, so a binary that cannot run on a device is named before anything 
 Exit codes (the same numbers as ``torchkiln.errors.ExitCode``): 0 every check passed or was
 skipped, 1 a check failed, 2 bad arguments, 8 no CUDA device is visible.
 
-Our own code: no library runs an image's CUDA stack end to end and reports per check; the
-compatibility rules mirror ``torchkiln/arch.py`` (a unit test keeps the two in agreement).
+Our own code: no library runs an image's CUDA stack end to end and reports per check.
 """
 
 from __future__ import annotations
@@ -121,7 +122,61 @@ KNOWN_EXTENSIONS: dict[str, str] = {
 
 
 # --------------------------------------------------------------------------------------------
-# Architectures (the rules of torchkiln/arch.py, restated with the standard library only)
+# The bundle's other modules: arch.py (the rules) and fatbin.py (ELF and fat binaries)
+# --------------------------------------------------------------------------------------------
+
+#: bundled module -> (its path in the source tree relative to this folder's parent, its import name)
+_BUNDLED = {"arch": ("arch.py", "torchkiln.arch"), "fatbin": ("inspect/fatbin.py", "torchkiln.inspect.fatbin")}
+_loaded: dict[str, Any] = {}
+
+
+def load_file_module(name: str, path: Path) -> Any:
+    """Load a stdlib-only module from a file (registered in sys.modules: dataclasses look it up there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no loader for {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    return mod
+
+
+def bundled(name: str) -> Any | None:
+    """``arch`` or ``fatbin``: beside this file, else in the source tree, else the installed torchkiln
+    (None when none loads; loaded once)."""
+    if name not in _loaded:
+        here = Path(__file__).resolve().parent
+        rel, package = _BUNDLED[name]
+        mod = None
+        for candidate in (here / f"{name}.py", here.parent / rel):
+            if candidate.is_file():
+                try:
+                    mod = load_file_module(f"_kiln_{name}", candidate)
+                    break
+                except Exception:  # noqa: BLE001 - try the next place
+                    continue
+        if mod is None:
+            try:
+                mod = importlib.import_module(package)
+            except Exception:  # noqa: BLE001
+                mod = None
+        _loaded[name] = mod
+    return _loaded[name]
+
+
+def _rules() -> Any:
+    mod = bundled("arch")
+    if mod is None:
+        raise RuntimeError("arch.py (torchkiln's architecture rules) is neither beside checks.py nor importable")
+    return mod
+
+
+# --------------------------------------------------------------------------------------------
+# Architectures: arch.py's rules, on the (kind, major, minor, suffix) tuples the report uses
 # --------------------------------------------------------------------------------------------
 
 
@@ -137,48 +192,35 @@ class Arch(NamedTuple):
     def name(self) -> str:
         return f"{'sm' if self.kind == 'sass' else 'compute'}_{self.major * 10 + self.minor}{self.suffix}"
 
+    @property
+    def entry(self) -> Any:
+        """The same entry as arch.py's ``ArchEntry``."""
+        r = _rules()
+        return r.ArchEntry(self.kind, r.Capability(self.major, self.minor), self.suffix)
+
     def runs_on(self, cap: tuple[int, int]) -> bool:
-        mine = (self.major, self.minor)
-        if self.suffix == "a":  # arch-specific SASS or PTX: exactly this device
-            return cap == mine
-        if self.kind == "ptx" and self.suffix == "":  # plain PTX: JIT for any newer device
-            return cap >= mine
-        # plain SASS, and family SASS or PTX: same major, minor not older
-        return cap[0] == self.major and cap[1] >= self.minor
-
-
-_ARCH_RE = re.compile(r"(sm|compute)_(\d{2,3})([af]?)")
+        return bool(self.entry.runs_on(_rules().Capability(*cap)))
 
 
 def parse_arch(text: str) -> Arch | None:
     """``sm_90`` / ``sm_90a`` / ``compute_90`` -> Arch; anything else -> None."""
-    m = _ARCH_RE.fullmatch(text.strip().lower())
-    if not m:
+    try:
+        e = _rules().ArchEntry.parse(text)
+    except ValueError:
         return None
-    n = int(m.group(2))
-    return Arch("sass" if m.group(1) == "sm" else "ptx", n // 10, n % 10, m.group(3))
+    return Arch(e.kind, e.capability.major, e.capability.minor, e.suffix)
 
 
 def best_arch(cap: tuple[int, int], entries: Iterable[Arch]) -> Arch | None:
-    """The entry a device of capability ``cap`` would use (SASS before PTX), or None."""
-    runnable = [e for e in entries if e.runs_on(cap)]
-    sass = [e for e in runnable if e.kind == "sass"]
-    if sass:
-        return max(sass, key=lambda e: ((e.major, e.minor), e.suffix == "a"))
-    ptx = [e for e in runnable if e.kind == "ptx"]
-    if ptx:
-        return max(ptx, key=lambda e: (e.major, e.minor))
-    return None
+    """The entry a device of capability ``cap`` would use (arch.py's ``coverage``), or None."""
+    ents = list(entries)
+    chosen = _rules().coverage(_rules().Capability(*cap), [e.entry for e in ents]).entry
+    return None if chosen is None else next(e for e in ents if e.entry == chosen)
 
 
 def describe_coverage(cap: tuple[int, int], entry: Arch | None) -> str:
-    if entry is None:
-        return "no kernel image"
-    if entry.kind == "ptx":
-        return f"PTX {entry.name} (JIT by the driver)"
-    if (entry.major, entry.minor) == cap:
-        return f"SASS {entry.name}"
-    return f"SASS {entry.name} (same major, binary compatible)"
+    r = _rules()
+    return str(r.Coverage(r.Capability(*cap), None if entry is None else entry.entry).how)
 
 
 def why_not_runnable(cap: tuple[int, int], entries: Iterable[Arch]) -> str:
@@ -354,51 +396,33 @@ FATBIN_SECTIONS = (".nv_fatbin",)
 ReadAt = Callable[[int, int], bytes]
 
 
-def _sections(read_at: ReadAt) -> dict[str, tuple[int, int]] | None:
-    """{name: (offset, size)} of the sections of a 64-bit little-endian ELF image read through
-    ``read_at(offset, n)``; None if it is not one. Reads the header, section headers and names only.
-    """
-    ident = read_at(0, 64)
-    if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+def _section_table(fatbin: Any, read_at: ReadAt, size: int) -> dict[str, tuple[int, int]] | None:
+    """{name: (offset, size)} of an ELF image's sections, read by fatbin.py's ELF reader; None if it
+    is not ELF, {} when its section table is stripped or damaged."""
+    try:
+        sections = fatbin.elf_sections(read_at, size)
+    except fatbin.NotElfError:
         return None
-    shoff = struct.unpack_from("<Q", ident, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
-    if shoff == 0 or shentsize < 64:
+    except (fatbin.FatbinError, struct.error):
         return {}
-    if shnum == 0 or shstrndx == 0xFFFF:  # extended numbering: the real values are in section 0
-        s0 = read_at(shoff, 64)
-        if len(s0) < 64:
-            return {}
-        if shnum == 0:
-            shnum = struct.unpack_from("<Q", s0, 0x20)[0]
-        if shstrndx == 0xFFFF:
-            shstrndx = struct.unpack_from("<I", s0, 0x28)[0]
-    if shnum > 1_000_000 or shstrndx >= shnum:
-        return {}
-    table = read_at(shoff, shentsize * shnum)
-    if len(table) < shentsize * shnum:
-        return {}
-    str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 0x18)
-    strtab = read_at(str_off, min(str_size, 1 << 20))
     out: dict[str, tuple[int, int]] = {}
-    for i in range(shnum):
-        base = i * shentsize
-        name_off, sh_type = struct.unpack_from("<II", table, base)
-        offset, size = struct.unpack_from("<QQ", table, base + 0x18)
-        end = strtab.find(b"\0", name_off)
-        if sh_type == 8 or size == 0 or name_off >= len(strtab) or end <= name_off:  # 8 = SHT_NOBITS
-            continue
-        out.setdefault(strtab[name_off:end].decode("latin-1"), (offset, size))
+    for sec in sections or ():
+        if sec.type != 8 and sec.size and sec.name:  # 8 = SHT_NOBITS: no bytes in the file
+            out.setdefault(sec.name, (sec.offset, sec.size))
     return out
 
 
 def elf_sections(path: str) -> dict[str, tuple[int, int]] | None:
-    """{name: (file offset, size)} of the sections of a 64-bit ELF file, or None if it is not one."""
+    """{name: (file offset, size)} of the sections of an ELF file, or None if it is not one (or no
+    ELF reader is bundled)."""
+    fatbin = bundled("fatbin")
+    if fatbin is None:
+        return None
     try:
         with open(path, "rb") as f:
             fd = f.fileno()
-            return _sections(lambda off, n: os.pread(fd, n, off))
-    except (OSError, struct.error):
+            return _section_table(fatbin, lambda off, n: os.pread(fd, n, off), os.fstat(fd).st_size)
+    except OSError:
         return None
 
 
@@ -406,12 +430,11 @@ def cubin_has_kernels(cubin: bytes) -> bool | None:
     """Whether a cubin (the ELF payload of a SASS entry) defines any kernel (a ``.text.*`` section).
 
     nvlink's device-link output is such a cubin without kernels (nvcc puts one in every library it
-    links; cuFFT's ``libcufftw.so.12`` carries only that). None when ``cubin`` is not ELF.
+    links; cuFFT's ``libcufftw.so.12`` carries only that). None when ``cubin`` is not ELF (or no ELF
+    reader is bundled).
     """
-    try:
-        sections = _sections(lambda off, n: cubin[off:off + n])
-    except struct.error:
-        return None
+    fatbin = bundled("fatbin")
+    sections = None if fatbin is None else _section_table(fatbin, lambda off, n: cubin[off:off + n], len(cubin))
     if sections is None:
         return None
     return any(name.startswith(".text.") for name in sections)
@@ -537,7 +560,7 @@ def _reader_from_module(mod: Any, describe: str) -> FatbinReader | None:
             size = os.fstat(fd).st_size
             start, length = 0, size
             if not whole_file:
-                sections = _sections(lambda off, n: os.pread(fd, n, off)) or {}
+                sections = _section_table(mod, lambda off, n: os.pread(fd, n, off), size) or {}
                 if ".nv_fatbin" not in sections:
                     return [a for a in map(_entry_to_arch, list_entries(path)) if a is not None], []
                 start, length = sections[".nv_fatbin"]
@@ -572,16 +595,7 @@ def find_fatbin_reader(here: Path, notes: list[str]) -> FatbinReader | None:
             notes.append(f"no {candidate}")
             continue
         try:
-            spec = importlib.util.spec_from_file_location("_kiln_fatbin", candidate)
-            if spec is None or spec.loader is None:
-                raise ImportError("no loader")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = mod  # dataclasses look their module up there
-            try:
-                spec.loader.exec_module(mod)
-            except BaseException:
-                del sys.modules[spec.name]
-                raise
+            mod = load_file_module("_kiln_fatbin", candidate)
             reader = _reader_from_module(mod, f"fatbin.py ({candidate})")
             if reader is not None:
                 return reader
@@ -826,7 +840,8 @@ def check_arch_extensions(ctx: Context) -> tuple[str, str, dict[str, Any]]:
     for root, path in iter_shared_objects(roots):
         scanned += 1
         names = elf_sections(path)
-        if names and any(s in names for s in FATBIN_SECTIONS):
+        # without a bundled ELF reader every library is a candidate: the reader (cuobjdump) looks
+        if (names and any(s in names for s in FATBIN_SECTIONS)) or bundled("fatbin") is None:
             candidates.append((root, path))
     details["shared_objects_scanned"] = scanned
     details["with_device_code"] = len(candidates)

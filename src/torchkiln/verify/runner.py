@@ -55,11 +55,14 @@ class VerifyOptions:
 
 
 def bundle_sources() -> list[Path]:
-    """The files the checks need: checks.py and the stdlib-only fat-binary reader beside it."""
+    """The files the checks need, in every bundle (an image's /opt/kiln/verify, ``kiln verify``'s staged
+    folder): checks.py and, beside it, the stdlib-only modules it loads: the architecture rules
+    (``arch.py``) and the ELF and fat-binary reader (``fatbin.py``)."""
+    import torchkiln.arch as arch
     import torchkiln.inspect.fatbin as fatbin
     import torchkiln.verify.checks as checks
 
-    return [Path(checks.__file__), Path(fatbin.__file__)]
+    return [Path(checks.__file__), Path(arch.__file__), Path(fatbin.__file__)]
 
 
 def stage_bundle(dest: Path, spec: Mapping[str, Any] | None) -> None:
