@@ -644,10 +644,11 @@ def load_spec(path: Path) -> Spec:
     origin = str(p)
     if table == "tool.kiln":
         kiln = (data.get("tool") or {}).get("kiln")
+        if kiln is None:  # a pyproject.toml without [tool.kiln]: its project, with torchkiln's defaults
+            return parse_spec(implicit_spec(p.parent), origin=str(p))
         if not isinstance(kiln, dict):
-            raise SpecError(f"{p} has no [tool.kiln] table.",
-                            hint="Add a [tool.kiln] table (the same keys as kiln.toml: [tool.kiln.image] ...), "
-                                 "or give the path of a kiln.toml.")
+            raise SpecError(f"{p}: [tool.kiln] must be a table.",
+                            hint="Write it as tables: [tool.kiln.image] name = ..., [tool.kiln.torch] ... .")
         origin = f"{p} [tool.kiln]"
         data = {"project": {}, **kiln}  # the pyproject's own folder is the project
     if "project" in data and "image" not in data and isinstance(data["project"], dict):

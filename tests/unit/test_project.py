@@ -388,3 +388,19 @@ def test_a_lock_forked_by_platform_gives_the_linux_torch() -> None:
     plan = load_plan(PROJECTS / "uvlock-forked")[1]
     assert plan.torch.requirement == "torch==2.7.1+cu128" and plan.targets[0].covered
     assert "sha256:2222" in context_files(plan)[".kiln/requirements-torch.txt"]
+
+
+def test_uv_git_and_url_sources_become_direct_references(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "1"\ndependencies = ["lib[x]>=1", "tool"]\n'
+        '[tool.uv.sources]\nlib = { git = "https://example.org/org/lib", tag = "v1" }\n'
+        'tool = { url = "https://example.org/tool-1.0-py3-none-any.whl" }\n')
+    facts = read_project(tmp_path)
+    assert [r.line for r in facts.requirements] == [
+        "lib[x] @ git+https://example.org/org/lib@v1", "tool @ https://example.org/tool-1.0-py3-none-any.whl"]
+
+
+def test_a_pyproject_without_tool_kiln_given_as_a_file_is_its_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "plain"\nversion = "1"\n')
+    spec = load_spec(tmp_path / "pyproject.toml")
+    assert spec.project is not None and spec.image.name == "plain"

@@ -541,6 +541,7 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
                 sub_data = _load_toml(sub, rel(sub))
                 deps += [d for d in pyproject_dependencies(sub_data, rel(sub), (), ())]
         local_names = set(sourced) | {_local_name(f) for f, _ in local_dirs}
+        direct = _uv_direct_sources(pyproject) if project else {}
         have = {r.name for r in reqs}
         for text, where in deps:
             req = _req(text, where)
@@ -548,6 +549,10 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
             if dep in have or dep in local_names:
                 continue
             have.add(dep)
+            if dep in direct and not req.url:  # [tool.uv.sources] foo = { git = ... } / { url = ... }
+                marker = f" ; {req.marker}" if req.marker else ""
+                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+                text = f"{req.name}{extras} @ {direct[dep]}{marker}"
             reqs.append(RequirementLine(dep, text, where, False))
         uv_index = _uv_source_index(pyproject)
         if uv_index:
@@ -608,6 +613,22 @@ def _uv_local_sources(pyproject: dict[str, Any], root: Path, bound: Path, rel_pp
                                 hint="Put the spec at the top of the repository and point [project] path at the "
                                      "project.")
             out[canonicalize_name(name)] = (folder, where)
+    return out
+
+
+def _uv_direct_sources(pyproject: dict[str, Any]) -> dict[str, str]:
+    """``[tool.uv.sources]`` entries that name a git repository or a URL: the direct reference uv would use."""
+    sources = (((pyproject.get("tool") or {}).get("uv") or {}).get("sources") or {})
+    out: dict[str, str] = {}
+    for name, src in sources.items():
+        if not isinstance(src, dict):
+            continue
+        if "git" in src:
+            ref = src.get("rev") or src.get("tag") or src.get("branch")
+            sub = f"#subdirectory={src['subdirectory']}" if src.get("subdirectory") else ""
+            out[canonicalize_name(name)] = f"git+{src['git']}" + (f"@{ref}" if ref else "") + sub
+        elif "url" in src:
+            out[canonicalize_name(name)] = str(src["url"])
     return out
 
 
