@@ -551,8 +551,8 @@ def read_project(spec_dir: Path, path: str = ".", *, extras: tuple[str, ...] = (
             have.add(dep)
             if dep in direct and not req.url:  # [tool.uv.sources] foo = { git = ... } / { url = ... }
                 marker = f" ; {req.marker}" if req.marker else ""
-                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-                text = f"{req.name}{extras} @ {direct[dep]}{marker}"
+                extra = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+                text = f"{req.name}{extra} @ {direct[dep]}{marker}"
             reqs.append(RequirementLine(dep, text, where, False))
         uv_index = _uv_source_index(pyproject)
         if uv_index:
