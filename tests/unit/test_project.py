@@ -323,9 +323,12 @@ def test_project_plan_is_in_the_json() -> None:
 
 def test_project_python_version_and_requires_python(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\nrequires-python = ">=3.12"\n')
-    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[project]\n')
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[python]\nversion = "3.11"\n'
+                                        '[project]\n')
     with pytest.raises(ResolveError, match=r"requires Python >=3.12.*image's Python is 3.11"):
         load_plan(tmp_path)
+    (tmp_path / "kiln.toml").write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[project]\n')
+    assert load_plan(tmp_path)[1].python == "3.13"  # the newest the project allows
     (tmp_path / ".python-version").write_text("3.12\n")
     assert load_plan(tmp_path)[1].python == "3.12"
 

@@ -98,10 +98,24 @@ def _wanted_spec(spec: Spec, project: ProjectFacts) -> Spec:
     return spec
 
 
+#: the Pythons a project's requires-python may choose from, newest first (torch's own range is checked by resolve)
+_PYTHONS = ("3.13", "3.12", "3.11", "3.10", "3.9")
+
+
 def _python_spec(spec: Spec, project: ProjectFacts) -> Spec:
     """The project's Python (uv's .python-version) when the spec names none; it must satisfy requires-python."""
-    if "version" not in spec.python.model_fields_set and project.python:
+    chosen = "version" in spec.python.model_fields_set
+    if not chosen and project.python:
         spec = spec.model_copy(update={"python": spec.python.model_copy(update={"version": project.python})})
+        chosen = True
+    if not chosen and project.requires_python:  # the newest Python the project allows, when the default is not
+        try:
+            allowed = SpecifierSet(project.requires_python)
+            fits = [v for v in _PYTHONS if Version(v) in allowed or Version(v + ".99") in allowed]
+        except InvalidSpecifier:
+            fits = []
+        if fits and spec.python.version not in fits:
+            spec = spec.model_copy(update={"python": spec.python.model_copy(update={"version": fits[0]})})
     if project.requires_python:
         try:
             ok = Version(spec.python.version) in SpecifierSet(project.requires_python) or Version(
