@@ -4,6 +4,7 @@
     python scripts/check_knowledge.py --pypi                      # every release series, x86_64 and aarch64
     python scripts/check_knowledge.py --pypi --series 2.13 2.14 --platform aarch64
     python scripts/check_knowledge.py --pypi --out scripts/results/check_knowledge.txt
+    python scripts/check_knowledge.py --variant-index https://download.pytorch.org/whl/cu126 --platform aarch64
     python scripts/check_knowledge.py WHEEL_OR_FOLDER...          # local wheel files or folders
     python scripts/check_knowledge.py --pip-config                # the folders pip is configured with
     python scripts/check_knowledge.py --installed                 # this Python's own torch
@@ -49,11 +50,11 @@ from packaging.version import Version
 
 from torchkiln.arch import Capability
 from torchkiln.inspect.fatbin import read_fatbins
-from torchkiln.knowledge import load_knowledge
+from torchkiln.knowledge import load_knowledge, python_key
 
 WHEEL = re.compile(
     r"^torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
-    r"(?P<plat>manylinux\w*?_(?P<machine>x86_64|aarch64))\.(?:whl|so)$"
+    r"(?P<plat>(?:manylinux\w*?_|linux_)(?P<machine>x86_64|aarch64))\.(?:whl|so)$"
 )
 ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
 USER_AGENT = "torchkiln-check-knowledge (+https://github.com/; range reads of one wheel member)"
@@ -193,18 +194,42 @@ def _pip_index_url() -> str:
 
 
 def index_files(index_url: str) -> list[dict]:
+    """The torch project's files on an index: PEP 691 JSON where the index speaks it, else its PEP 503 HTML
+    page (download.pytorch.org/whl/<variant>/torch/ serves HTML only)."""
     url = urljoin(index_url.rstrip("/") + "/", "torch/")
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json",
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1",
                                                "User-Agent": USER_AGENT})
     with urllib.request.urlopen(req, timeout=120) as resp:
-        data = json.load(resp)
-    for f in data["files"]:
+        body = resp.read()
+        kind = resp.headers.get("Content-Type", "")
+    if "json" in kind:
+        files = list(json.loads(body)["files"])
+    else:
+        files = []
+        for href, name in re.findall(r'<a\s[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', body.decode()):
+            link, _, frag = href.partition("#")
+            sha = frag.removeprefix("sha256=") if frag.startswith("sha256=") else ""
+            files.append({"filename": name.strip(), "url": link, "hashes": {"sha256": sha} if sha else {},
+                          "size": None})
+    for f in files:
         f["url"] = urljoin(url, f["url"])
-    return list(data["files"])
+    return files
+
+
+def _size(url: str) -> int:
+    req = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return int(resp.headers["Content-Length"])
 
 
 def _py(tag: str) -> str:
+    """``cp313`` -> "3.13"; the ABI tag ``cp313t`` (a free-threaded build) -> "3.13t"."""
     return f"{tag[2]}.{tag[3:]}"
+
+
+def _wheel_python(m: re.Match) -> str:
+    abi = m.group("abi")
+    return _py(abi) if abi.endswith("t") else _py(m.group("py"))
 
 
 # -- comparing with the knowledge base --------------------------------------------------------------
@@ -218,7 +243,7 @@ def compare(kb, version: str, platform: str, m: Measured, pythons: list[str] | N
     if plat is None:
         return [f"the knowledge base has no {platform} wheels for torch {rel.series}"]
     if pythons is not None:
-        known = sorted(set(plat.python) - set(plat.python_index_only), key=Version)  # those on PyPI
+        known = sorted(set(plat.pythons(version)) - set(plat.python_index_only), key=python_key)  # those on PyPI
         if known != pythons:
             problems.append(f"Python on the index {', '.join(pythons)} but knowledge says {', '.join(known)} "
                             "(python minus python_index_only)")
@@ -272,10 +297,25 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         if s in wanted_series and plat in args.platform:
             if (s, plat) not in newest or Version(v) > Version(newest[(s, plat)]):
                 newest[(s, plat)] = v
+    # every patch's Python set (the file list alone: nothing is downloaded), so a Python a later patch
+    # dropped (3.13t after 2.12.0) is checked against the row's python_until too
+    for v, plat in sorted(by, key=lambda k: (Version(k[0]), k[1])):
+        if series_of[v] not in wanted_series or plat not in args.platform or (series_of[v], plat) not in newest \
+                or newest[(series_of[v], plat)] == v:
+            continue
+        rel = kb.release_of(v)
+        on = rel.platforms.get(plat) if rel is not None else None
+        got = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in by[(v, plat)]}, key=python_key)
+        known = (sorted(set(on.pythons(v)) - set(on.python_index_only), key=python_key) if on is not None else [])
+        problems = [] if known == got else [f"Python on the index {', '.join(got)} but knowledge says "
+                                            f"{', '.join(known)} (python minus python_index_only, this patch)"]
+        emit(f"{'OK  ' if not problems else 'DIFF'} torch {v} {plat}: Python {', '.join(got)} (file list only)"
+             + "".join(f"\n       - {p}" for p in problems))
+        args.bad += bool(problems)
     for s, plat in sorted(newest, key=lambda k: (Version(k[0]), k[1])):
         version = newest[(s, plat)]
         wheels = by[(version, plat)]
-        pythons = sorted({_py(WHEEL.match(w["filename"]).group("py")) for w in wheels}, key=Version)
+        pythons = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in wheels}, key=python_key)
         pick = next((w for w in wheels if "-cp311-cp311-" in w["filename"]), wheels[0])
         key = f"{pick['filename']} sha256={pick.get('hashes', {}).get('sha256', '')}"
         if key in args.cached:
@@ -288,6 +328,63 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         problems = compare(kb, version, plat, m, pythons)
         emit(_line(version, plat, m, problems, pythons))
         args.bad += bool(problems)
+    return 1 if args.bad else 0
+
+
+def run_variant_index(args: argparse.Namespace, kb, emit) -> int:
+    """PyTorch's index of one variant (``--variant-index https://download.pytorch.org/whl/cu126``): which
+    releases have wheels of that variant per platform, against the rows' variants (a row that names a variant
+    the index lacks is a plan naming a wheel that does not exist), and, with ``--measure``, the newest wheel of
+    each series measured like PyPI's."""
+    variant = args.variant_index.rstrip("/").rsplit("/", 1)[-1]  # "cu126"
+    cuda = f"{variant[2:-1]}.{variant[-1]}" if variant.startswith("cu") else "cpu"
+    by: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for f in index_files(args.variant_index):
+        m = WHEEL.match(f["filename"])
+        if m and m.group("label") == variant:
+            by[(m.group("version"), m.group("machine"))].append(f)
+    wanted_series = set(args.series) if args.series else {r.series for r in kb.releases}
+    for v in kb.all_patches():
+        rel = kb.release_of(v)
+        if rel is None or rel.series not in wanted_series:
+            continue
+        for plat_name in args.platform:
+            plat = rel.on(plat_name)
+            since = plat.variants_from.get(cuda) if plat is not None else None
+            claims = plat is not None and cuda in plat.variants and (since is None or Version(v) >= Version(since))
+            wheels = by.get((v, plat_name), [])
+            pythons = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in wheels}, key=python_key)
+            if claims == bool(wheels):
+                status, why = "OK  ", ""
+            elif claims:
+                status = "DIFF"
+                why = f"\n       - the row names {variant} for {plat_name}, but the index has no such wheel"
+            else:
+                status, why = "DIFF", f"\n       - the index has {variant} wheels the row does not name"
+            emit(f"{status} torch {v} {plat_name} {variant}: "
+                 f"{'Python ' + ', '.join(pythons) if wheels else 'no wheels'} (index file list){why}")
+            args.bad += status == "DIFF"
+    if args.measure:
+        newest: dict[tuple[str, str], str] = {}
+        for (v, plat_name) in by:
+            s = ".".join(v.split(".")[:2])
+            if s in wanted_series and plat_name in args.platform:
+                if (s, plat_name) not in newest or Version(v) > Version(newest[(s, plat_name)]):
+                    newest[(s, plat_name)] = v
+        for (_s, plat_name), v in sorted(newest.items(), key=lambda k: (Version(k[0][0]), k[0][1])):
+            wheels = by[(v, plat_name)]
+            pick = next((w for w in wheels if "-cp311-cp311-" in w["filename"]), wheels[0])
+            key = f"{pick['filename']} sha256={pick.get('hashes', {}).get('sha256', '')}"
+            if key in args.cached:
+                m = Measured(**args.cached[key])
+            else:
+                m = measure_remote(pick["url"], int(pick["size"] or _size(pick["url"])), pick["filename"])
+                args.cached[key] = asdict(m)
+                if args.cache:
+                    args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")
+            problems = compare(kb, v, plat_name, m, None)
+            emit(_line(v, plat_name, m, problems, None))
+            args.bad += bool(problems)
     return 1 if args.bad else 0
 
 
@@ -336,6 +433,11 @@ def main() -> int:
     ap.add_argument("paths", nargs="*", type=Path, help="wheel files or folders")
     ap.add_argument("--pypi", action="store_true", help="measure the package index's wheels (network)")
     ap.add_argument("--index-url", help="the index for --pypi (default: pip's global.index-url, else PyPI)")
+    ap.add_argument("--variant-index", metavar="URL",
+                    help="PyTorch's index of one variant, e.g. https://download.pytorch.org/whl/cu126: which releases "
+                    "have that variant per platform, against the rows (network)")
+    ap.add_argument("--measure", action="store_true",
+                    help="with --variant-index: also measure the newest wheel of each series (range reads)")
     ap.add_argument("--series", nargs="*", help="only these release series, e.g. 2.13 2.14")
     ap.add_argument("--platform", nargs="*", default=["x86_64", "aarch64"], choices=["x86_64", "aarch64"])
     ap.add_argument("--pip-config", action="store_true", help="also search the folders pip is configured with")
@@ -354,7 +456,9 @@ def main() -> int:
         lines.append(line)
 
     started = time.monotonic()
-    if args.pypi:
+    if args.variant_index:
+        rc = run_variant_index(args, kb, emit)
+    elif args.pypi:
         rc = run_pypi(args, kb, emit)
     else:
         wheels = _local_wheels(list(args.paths) + (_pip_folders() if args.pip_config else []))

@@ -57,6 +57,8 @@ def image_labels(plan: BuildPlan) -> dict[str, str]:
             labels[f"{LABEL_PREFIX}.wheel-arch-list"] = t.wheel_arch_list
         labels[f"{LABEL_PREFIX}.targets"] = ",".join(f"{x.name}={x.capability}" for x in plan.targets)
         labels[f"{LABEL_PREFIX}.min-driver"] = plan.min_driver or ""
+        if plan.cuda_compat:  # [gpu] forward_compat: the runtime carries cuda-compat, switched on at start
+            labels[f"{LABEL_PREFIX}.cuda-compat"] = plan.cuda_compat
     return labels
 
 
@@ -65,6 +67,8 @@ def verify_spec(plan: BuildPlan) -> dict[str, object]:
     return {
         "cuda": plan.torch.cuda,
         "min_driver": plan.min_driver,
+        "python": plan.python,
+        "forward_compat": bool(plan.cuda_compat),
         "extensions": [{"name": e.name, "import": e.import_name} for e in plan.extensions],
     }
 

@@ -205,6 +205,10 @@ class BuildPlan:
     platform: str = "linux/amd64"
     #: set by ``kiln build --locked`` (``torchkiln.building.locking.locked_plan``): install exactly these pins
     locked: LockPins | None = None
+    #: a Python uv installs into the base stage ("3.13t": a free-threaded CPython no base image provides), or ""
+    python_install: str = ""
+    #: [gpu] forward_compat: the NVIDIA image whose cuda-compat libraries the runtime carries, or ""
+    cuda_compat: str = ""
     #: ``[project]``: the project's dependencies and its own package (``torchkiln.resolve.project``)
     project: ProjectPlan | None = None
 
@@ -231,6 +235,8 @@ class BuildPlan:
             "variant": self.torch.variant,
             "cuda": self.torch.cuda,
             "python": self.python,
+            "python_install": self.python_install,
+            "cuda_compat": self.cuda_compat,
             "base_image": self.base_image,
             "arch_list": self.arch_list,
             "wheel_arch_list": self.torch.wheel_arch_list,

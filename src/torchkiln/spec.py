@@ -109,8 +109,13 @@ class PythonSpec(_Strict):
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
-        if not re.fullmatch(r"3\.\d{1,2}", v):
-            raise ValueError("must be a Python minor version such as '3.11'")
+        m = re.fullmatch(r"3\.(\d{1,2})(t?)", v)
+        if m is None:
+            raise ValueError("must be a Python minor version such as '3.11' (or '3.13t', '3.14t' for the "
+                             "free-threaded build)")
+        if m.group(2) and int(m.group(1)) < 13:
+            raise ValueError(f"free-threaded CPython builds start with 3.13 (PEP 703): there is no {v}; use "
+                             "'3.13t' or '3.14t'")
         return v
 
 
@@ -207,6 +212,13 @@ class GpuSpec(_Strict):
     targets: list[str] = Field(default_factory=list)
     min_driver: str | None = None
     ptx: bool = True
+    forward_compat: bool = Field(
+        default=False,
+        description=(
+            "CUDA forward compatibility: carry NVIDIA's cuda-compat libraries so a newer CUDA runs on an older "
+            "driver branch (data-center GPUs only); used at container start only when the host driver is older"
+        ),
+    )
 
     @field_validator("min_driver")
     @classmethod

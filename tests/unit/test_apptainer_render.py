@@ -296,8 +296,8 @@ def test_write_context_holds_everything_files_names_and_is_atomic(tmp_path: Path
     for line in filter(None, scriptlets(text)["files"].splitlines()):
         src = line.split()[0]
         assert (out / src).exists(), src
-    assert json.loads((out / ".kiln/verify/spec.json").read_text()) == {"cuda": None, "extensions": [],
-                                                                         "min_driver": None}
+    assert json.loads((out / ".kiln/verify/spec.json").read_text()) == {
+        "cuda": None, "extensions": [], "min_driver": None, "python": plan.python, "forward_compat": False}
     # a failing write leaves the previous folder untouched and no temporary folder behind
     spec = tmp_path / "kiln.toml"
     spec.write_text('[image]\nname = "a"\n[torch]\ncuda = "cpu"\n[app]\ncopy = ["missing.py"]\n')

@@ -90,7 +90,7 @@ def test_exact_prebuilt_flash_attn_wheel_is_used_and_said() -> None:
 ])
 def test_prebuilt_is_refused_unless_everything_matches(tables: dict[str, Any], why: str) -> None:
     kb = load_knowledge()
-    spec = parse_spec({"image": {"name": "a"}, "gpu": {"targets": ["A100"]},
+    spec = parse_spec({"image": {"name": "a"}, "gpu": {"targets": ["A100"]}, "python": {"version": "3.12"},
                        "base": {"image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04", "python": "apt"},
                        "extensions": [{"name": "flash-attn", "version": "2.8.3"}], **tables})
     try:
@@ -186,8 +186,8 @@ def test_devel_base_is_used_but_warned_about() -> None:
 
 
 def test_devel_base_of_another_cuda_falls_back_to_wheels() -> None:
-    p = plan(torch={"version": "2.14.1", "cuda": "13.0"}, gpu={"targets": ["H100"]},
-             base={"image": "nvidia/cuda:12.8.1-devel-ubuntu24.04", "python": "apt"},
+    p = plan(torch={"version": "2.14.1", "cuda": "13.0"}, gpu={"targets": ["H100"]}, python={"version": "3.12"},
+             base={"image": "nvidia/cuda:12.8.1-devel-ubuntu24.04", "python": "apt"},  # noble's Python is 3.12
              extensions=[{"name": "my-op", "path": "ext/my_op"}])
     assert p.toolchain is not None and p.toolchain.kind == "wheels"
     assert any("has CUDA 12.8, not torch's 13.0" in w for w in p.warnings)

@@ -88,9 +88,20 @@ def test_turing_is_not_in_the_aarch64_wheels() -> None:
 
 
 def test_release_without_cuda_aarch64_wheels() -> None:
-    e = fails(torch={"version": "2.6.0"}, gpu={"targets": ["GH200"]})
-    assert "not built for CUDA" in e.message or "no aarch64" in e.message or "aarch64" in e.message
+    e = fails(torch={"version": "2.5.1"}, gpu={"targets": ["GH200"]})
+    assert "only CPU builds" in e.message and "aarch64" in e.message
     assert "2.1" in e.hint  # a newer release with aarch64 CUDA wheels is suggested
+
+
+def test_2_6_aarch64_has_cu126_on_pytorchs_index() -> None:
+    """release/2.6 built its CUDA aarch64 wheels with 12.6 (torch-2.6.0+cu126-cp312-cp312-linux_aarch64.whl)."""
+    p = plan(torch={"version": "2.6.0"}, gpu={"targets": ["GH200"]})
+    assert p.torch.requirement == "torch==2.6.0+cu126" and not p.torch.on_default_index
+    e = fails(torch={"version": "2.6.0", "cuda": "12.4"}, gpu={"targets": ["GH200"]})
+    assert "not built for CUDA 12.4 on aarch64 (its aarch64 variants: cu126)" in e.message
+    assert {"torch": {"version": "2.6.0", "cuda": "12.6"}} == e.fixes[0]
+    # sm_90 only: a Blackwell superchip is not covered by 2.6's aarch64 wheels
+    assert "no kernel image for GB200" in fails(torch={"version": "2.6.0"}, gpu={"targets": ["GB200"]}).message
 
 
 def test_cpu_on_arm64() -> None:
@@ -138,12 +149,23 @@ def test_no_ptx_claimed_where_release_wheels_strip_it() -> None:
     assert p.targets[0].how == "SASS sm_120"
 
 
-def test_cu129_exists_for_2_12_1_to_2_14() -> None:
-    for v in ("2.12.1", "2.13.0", "2.14.1"):
+def test_cu129_exists_for_2_12_1_to_2_13() -> None:
+    for v in ("2.12.1", "2.13.0"):
         p = plan(torch={"version": v, "cuda": "12.9"}, gpu={"targets": ["H100"]})
         assert p.torch.requirement == f"torch=={v}+cu129"
     e = fails(torch={"version": "2.12.0", "cuda": "12.9"}, gpu={"targets": ["H100"]})
     assert "starts with 2.12.1" in e.message
+
+
+def test_no_cu129_for_2_14() -> None:
+    """release/2.14 ships 12.6, 13.0 and 13.2; PyTorch's index has no 2.14.0+cu129 (cu129 stops at 2.13.0)."""
+    for v in ("2.14.0", "2.14.1"):
+        e = fails(torch={"version": v, "cuda": "12.9"}, gpu={"targets": ["H100"]})
+        assert "not built for CUDA 12.9" in e.message and "cu129" not in e.message.split("variants:")[1]
+        for plat in ("x86_64", "aarch64"):
+            assert all(p.torch.variant != "cu129" for p in [
+                plan({"platform": "linux/arm64" if plat == "aarch64" else "linux/amd64"},
+                     torch={"version": v}, gpu={"targets": ["H100"], "min_driver": d}) for d in ("535.104", "580.65.06")])
 
 
 def test_python_3_15_is_experimental_and_off_pypi() -> None:

@@ -492,3 +492,19 @@ def test_unknown_check_names_are_usage_errors(capsys: pytest.CaptureFixture[str]
     assert "bogus" in capsys.readouterr().err
     _args, opts = checks.parse_args(["--only", "matmul,sdpa", "--skip", "nccl", "--nccl-mib", "64"])
     assert opts.only == {"matmul", "sdpa"} and opts.skip == {"nccl"} and opts.nccl_bytes == 64 << 20
+
+
+def test_driver_check_knows_free_threaded_and_forward_compat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#30: an image for "3.13t" run by a GIL interpreter fails; a forward_compat image says whether its
+    cuda-compat libraries are in use."""
+    monkeypatch.setattr(checks, "read_driver_info", lambda: checks.DriverInfo(version="580.65.06", source="test"))
+    monkeypatch.setattr(checks, "sysconfig_gil_disabled", lambda: False)
+    status, reason, details = checks.check_driver(_ctx(spec={"cuda": "12.8", "python": "3.13t"}))
+    assert status == "fail" and "GIL build" in reason and details["gil_enabled"] is True
+    monkeypatch.setattr(checks, "sysconfig_gil_disabled", lambda: True)
+    status, reason, details = checks.check_driver(_ctx(spec={"cuda": "12.8", "python": "3.13t"}))
+    assert status == "pass" and details["python"].endswith("t")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/cuda/compat:/usr/lib")
+    status, reason, details = checks.check_driver(_ctx(spec={"cuda": "13.0", "forward_compat": True,
+                                                             "min_driver": "535.54.03"}))
+    assert details["cuda_compat_in_use"] is True and "cuda-compat libcuda is in use" in reason

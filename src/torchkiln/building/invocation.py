@@ -324,6 +324,8 @@ def plan_build(
 
 @dataclass(frozen=True)
 class _Common:
+    """What both kinds of build decide the same way, before the engine's kind is asked."""
+
     spec_dir: Path
     context: Path
     scratch: Path

@@ -101,6 +101,13 @@ class UvCompiler:
     def compile(self, requirements: Sequence[str], *, python: str, platform: str, constraints: Sequence[str] = (),
                 preferences: Sequence[str] = (), upgrade: bool = False, group: str) -> str:
         """uv's ``pylock.toml`` for ``requirements`` (with ``preferences`` kept where still allowed)."""
+        if python.endswith("t"):  # uv's --python-version takes no free-threaded marker: it would lock cp3X wheels
+            raise LockError(
+                f"kiln lock cannot lock for the free-threaded Python {python} yet: `uv pip compile --python-version` "
+                f"accepts no 't' suffix, so it would pin the GIL build's wheels (cp{python[:-1].replace('.', '')}) "
+                f"instead of the cp{python.replace('.', '')} ones the image installs.",
+                hint="Build without --locked (uv resolves against the image's own interpreter), or lock a GIL "
+                "Python.")
         with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
             d = Path(tmp)
             (d / "uv.toml").write_text(self.uv_toml())

@@ -107,6 +107,26 @@ def parse_builder(text: str, *, contexts: Callable[[str], bool], buildx: Callabl
              "or give the daemon's address (unix:///…, tcp://…, ssh://…).")
 
 
+def builders_from(values: Sequence[str], runner: Runner, binary: str, has_buildx: bool) -> list[Builder]:
+    """``--builders a,b --builders c`` → builders (contexts and buildx builders looked up by name)."""
+    names = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if not names:
+        raise InputError("--matrix needs at least one builder.",
+                         hint="Give --builders default (this machine's docker), a docker context, a DOCKER_HOST URL "
+                              "(unix:///…, tcp://…, ssh://…) or a buildx builder; repeat or comma-separate them.")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"the builder {', '.join(dupes)} is named twice.", hint="Name each builder once.")
+
+    def is_context(name: str) -> bool:
+        return runner.run([binary, "context", "inspect", name], check=False).returncode == 0
+
+    def is_buildx(name: str) -> bool:
+        return runner.run([binary, "buildx", "inspect", name], check=False).returncode == 0
+
+    return [parse_builder(n, contexts=is_context, buildx=is_buildx if has_buildx else None) for n in names]
+
+
 @dataclass
 class ReadyBuilder:
     """A builder that answered: its engine (runner env pointing at it), platforms, daemon id."""

@@ -17,42 +17,20 @@ from rich.text import Text
 
 from torchkiln.building.invocation import BuildOptions
 from torchkiln.building.matrix import (
-    Builder,
     CellRun,
     ReadyBuilder,
+    builders_from,
     matrix_failure,
-    parse_builder,
     plan_matrix,
     run_matrix,
 )
 from torchkiln.cli._common import console, err_console, print_json, state
 from torchkiln.cli._matrix import refuse_impossible
-from torchkiln.errors import InputError
 from torchkiln.load import load_matrix
 from torchkiln.redact import redact
 from torchkiln.runner import Runner
 
 _STYLE = {"queued": "dim", "building": "cyan", "built": "green", "skipped": "green", "failed": "bold red"}
-
-
-def builders_from(values: Sequence[str], runner: Runner, binary: str, has_buildx: bool) -> list[Builder]:
-    """``--builders a,b --builders c`` → builders (contexts and buildx builders looked up by name)."""
-    names = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    if not names:
-        raise InputError("--matrix needs at least one builder.",
-                         hint="Give --builders default (this machine's docker), a docker context, a DOCKER_HOST URL "
-                              "(unix:///…, tcp://…, ssh://…) or a buildx builder; repeat or comma-separate them.")
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InputError(f"the builder {', '.join(dupes)} is named twice.", hint="Name each builder once.")
-
-    def is_context(name: str) -> bool:
-        return runner.run([binary, "context", "inspect", name], check=False).returncode == 0
-
-    def is_buildx(name: str) -> bool:
-        return runner.run([binary, "buildx", "inspect", name], check=False).returncode == 0
-
-    return [parse_builder(n, contexts=is_context, buildx=is_buildx if has_buildx else None) for n in names]
 
 
 class MatrixDisplay:

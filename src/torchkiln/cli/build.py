@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Literal
@@ -25,10 +26,25 @@ from torchkiln.building.invocation import BuildInvocation, BuildOptions, plan_sp
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
-from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, err_console, human_size, print_json, state
+from torchkiln.cli._common import (
+    BuilderFromOpt,
+    FromOpt,
+    JsonOpt,
+    console,
+    duration,
+    err_console,
+    host_resources,
+    human_size,
+    print_json,
+    state,
+)
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
 from torchkiln.engines import BuildEvent, StepRecord, get_engine, output_of
-from torchkiln.errors import InputError
+from torchkiln.errors import ExitCode, InputError, KilnError
+from torchkiln.estimate import BuildEstimate, estimate_builds
+from torchkiln.knowledge import load_knowledge
+from torchkiln.load import load_plan
+from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import REGISTRY_BOOTSTRAP, Bootstrap
 from torchkiln.runner import Runner
 
@@ -291,6 +307,10 @@ def build_cmd(
         bool, typer.Option("--force", help="With --matrix: rebuild every cell, also those the last run built.")
     ] = False,
     skip_impossible: SkipImpossibleOpt = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help=f"Start build steps expected to run longer than {LONG_STEP_MINUTES} "
+                           "minutes (a flash-attn or torch source build) without the warning and question.")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Build the image a spec describes with docker (BuildKit) or podman, and tag it; or, with
@@ -354,6 +374,8 @@ def build_cmd(
     if dry_run:
         _dry_run(invocation, json)
         return
+    if not yes:
+        _warn_long_steps(spec, platform, ask=not json and _interactive())
     if not json:
         err_console.print(
             f"building {escape(str(spec))} ({target}, {invocation.platform}) with "
@@ -366,6 +388,40 @@ def build_cmd(
         print_json(summary.to_dict())
     else:
         print_summary(summary, spec, tag)
+
+
+#: a build step expected to run longer than this (on this machine, by the knowledge base's estimates) is
+#: announced before the build starts, and asked about on a terminal, unless --yes
+LONG_STEP_MINUTES = 10
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def long_steps(plan: BuildPlan, cores: int, mem_gib: float, minutes: float = LONG_STEP_MINUTES) -> list[BuildEstimate]:
+    """The compile steps of a plan expected to run longer than ``minutes`` on ``cores`` CPUs and ``mem_gib`` GiB."""
+    return [e for e in estimate_builds(plan, load_knowledge(), cores, mem_gib) if e.wall_minutes > minutes]
+
+
+def _warn_long_steps(spec: Path, platform: str | None, *, ask: bool) -> None:
+    """Say (and on a terminal ask) before a build whose compile steps run longer than ~10 minutes."""
+    try:
+        _s, plan, _d = load_plan(spec, platform=platform)
+    except KilnError:  # plan_spec resolved it already; a plan needing an image's facts is not estimated again
+        return
+    cores, mem_gib = host_resources()
+    slow = long_steps(plan, cores, mem_gib)
+    if not slow:
+        return
+    what = "; ".join(f"{e.what} {duration(e.wall_minutes)} ({e.cpu_minutes} CPU-minutes, MAX_JOBS={e.jobs}, "
+                     f"peak ~{e.peak_gib} GiB; {e.basis})" for e in slow)
+    err_console.print(f"warning: this build compiles for a long time on {cores} cores and {mem_gib:.0f} GiB: {what}. "
+                      "A prebuilt wheel (`kiln explain` says why none matched), fewer [gpu] targets or a bigger "
+                      "machine shortens it; --yes skips this warning.", highlight=False, markup=False)
+    if ask and not typer.confirm("Start the build?", default=True, err=True):
+        err_console.print("not started (run it again with --yes to start without asking)", highlight=False)
+        raise typer.Exit(code=int(ExitCode.INTERRUPTED))  # the user stopped it, as with Ctrl-C
 
 
 def _dry_run(inv: BuildInvocation, as_json: bool) -> None:

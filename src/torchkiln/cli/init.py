@@ -21,7 +21,7 @@ name = "{name}"                # required: the image name (lowercase)
 tag = "latest"
 
 [python]
-version = "3.11"               # a Python minor version torch ships wheels for
+version = "3.11"               # a Python minor version torch ships wheels for ("3.13t"/"3.14t": free-threaded)
 # precompile = ["torch._dynamo", "torch._inductor.compile_fx"]   # bytecode for torch.compile too; or "all"
 
 [torch]
@@ -32,6 +32,7 @@ packages = ["torchvision"]     # companions (torchvision, torchaudio), versions 
 [gpu]
 targets = ["A100", "H100"]     # GPU names or compute capabilities ("8.0"); `kiln explain --gpus` lists names
 # min_driver = "535.104"       # the oldest NVIDIA driver the image must still run on
+# forward_compat = true        # data-center GPUs: NVIDIA's cuda-compat runs a newer CUDA on that older driver
 ptx = true                     # keep PTX of the newest target for forward compatibility
 
 [packages]

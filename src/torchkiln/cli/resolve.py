@@ -36,13 +36,18 @@ def _summary(path: Path, plan: BuildPlan) -> Table:
         t.add_row(key, Text(value))
 
     torch = f"{plan.torch.requirement}  {' '.join(plan.torch.companions)}".strip()
-    row("torch", torch + (f"  — {builds[b]}" if (b := f"torch {plan.torch.version} from source") in builds else ""))
+    series = next((d.why.split(":")[0] for d in plan.decisions if d.topic == "torch" and "series:" in d.why), "")
+    row("torch", torch + (f"  — {builds[b]}" if (b := f"torch {plan.torch.version} from source") in builds else "")
+        + (f"  ({series}: its newest patch that passes every check)" if series else ""))
     row("CUDA", f"{plan.torch.cuda} ({plan.torch.variant})" if plan.torch.cuda else "none (CPU)")
-    row("Python", plan.python)
+    row("Python", plan.python + (" (free-threaded, installed by uv in the base stage)" if plan.python_install
+                                 else " (free-threaded)" if plan.python.endswith("t") else ""))
     row("base image", plan.base_image)
     if plan.torch.cuda:
         row("arch list", plan.arch_list)
         row("min driver", f"{plan.min_driver}  (NVIDIA_REQUIRE_CUDA {plan.nvidia_require_cuda})")
+        if plan.cuda_compat:
+            row("forward compat", f"cuda-compat from {plan.cuda_compat}, used at start only on an older host driver")
     for tg in plan.targets:
         t.add_row(f"target {tg.name}", Text.assemble(("✓", "green") if tg.covered else ("✗", "red"),
                                                      f" {tg.capability} — {tg.how}"))

@@ -129,12 +129,18 @@ def verify_cmd(
             raise InputError("nothing to verify: give an IMAGE, --spec kiln.toml, or --here.",
                              hint="kiln verify IMAGE (docker/podman reference or .sif) · kiln verify --here")
         engine = _engine_for(target, engine_name)
+        labels_spec = None
         if payload is None:
             labels_spec, carried = image_spec(engine, target)
             options = dataclasses.replace(options, spec=None if carried else labels_spec, spec_in_image=carried)
         elif not engine.image_exists(target):
             assert spec is not None  # payload comes from --spec
             raise missing_image(target, engine.name, spec)
+        if not is_sif_path(target) and ((options.spec or {}).get("forward_compat")
+                                        or (payload is None and (labels_spec or {}).get("forward_compat"))):
+            from torchkiln.resolve.compat import ENTRYPOINT
+
+            options = dataclasses.replace(options, through=ENTRYPOINT)  # the image's own cuda-compat switch
         attached = "GPUs attached" if gpus else "no GPUs"
         with err_console.status(f"running the checks in {escape(target)} with {engine.name} ({attached})…"):
             report = verify_image(target, engine, options)

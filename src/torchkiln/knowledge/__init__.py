@@ -48,6 +48,15 @@ class ReleasePlatform:
     source: str
     #: variants first published with a later patch of the series: {"12.9": "2.12.1"}
     variants_from: dict[str, str] = field(default_factory=dict)
+    #: Pythons whose wheels stop with a patch of the series: {"3.13t": "2.12.0"} (later patches have none)
+    python_until: dict[str, str] = field(default_factory=dict)
+
+    def pythons(self, version: str | None = None) -> tuple[str, ...]:
+        """The Pythons with wheels for this patch (``version``; None: any patch of the series)."""
+        if version is None:
+            return self.python
+        return tuple(p for p in self.python
+                     if p not in self.python_until or Version(version) <= Version(self.python_until[p]))
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,17 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_-]+", "", n)
 
 
+def free_threaded(python: str) -> bool:
+    """``"3.13t"`` -> True: a free-threaded CPython build (PEP 703), whose wheels are tagged ``cp313t``."""
+    return python.endswith("t")
+
+
+def python_key(python: str) -> tuple[int, int, bool]:
+    """``"3.13t"`` -> (3, 13, True): sortable, the free-threaded build after its GIL sibling."""
+    major, minor = python.removesuffix("t").split(".")[:2]
+    return int(major), int(minor), free_threaded(python)
+
+
 def cuda_key(version: str) -> tuple[int, int]:
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
@@ -297,6 +317,7 @@ def _platform(name: str, r: dict[str, Any], source: str) -> ReleasePlatform:
         variants_experimental=tuple(r.get("variants_experimental", ())),
         source=r.get("source", source),
         variants_from=dict(r.get("variants_from", {})),
+        python_until=dict(r.get("python_until", {})),
     )
 
 

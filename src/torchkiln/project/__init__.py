@@ -267,6 +267,7 @@ def torch_closure(lock: dict[str, Any]) -> set[str]:
 def marker_environment(python: str, platform: str) -> dict[str, str]:
     """The PEP 508 environment of the image: Linux, its CPU, its Python (for the lock's markers)."""
     machine = "aarch64" if platform.endswith("arm64") else "x86_64"
+    python = python.rstrip("t")  # a free-threaded "3.13t" is Python 3.13 to markers
     return {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "platform_machine": machine,
             "implementation_name": "cpython", "platform_python_implementation": "CPython",
             "python_version": python, "python_full_version": f"{python}.0"}

@@ -417,7 +417,19 @@ def post_sources() -> list[str]:
 
 
 def post_venv(plan: BuildPlan) -> list[str]:
+    install: list[str] = []
+    if plan.python_install:  # a free-threaded CPython no base provides: uv's managed build, on PATH
+        from torchkiln.resolve.base import PYTHON_INSTALL_DIR
+
+        install = [
+            _comment(f"the free-threaded CPython {plan.python_install}: uv installs python-build-standalone's build"),
+            "UV_PYTHON_DOWNLOADS=automatic "  # sources.sh says never (the venv must not fetch one)
+            f"UV_PYTHON_INSTALL_DIR={PYTHON_INSTALL_DIR} UV_PYTHON_BIN_DIR=/usr/local/bin "
+            f"{UV} python install {shlex.quote(plan.python_install)}",
+            f"chmod -R a+rX {PYTHON_INSTALL_DIR}",
+        ]
     return [
+        *install,
         _comment(f"stage venv: {VENV} with Python {plan.python}"),
         f"{UV} venv --python {shlex.quote(plan.python_exe)} {VENV}",
     ]

@@ -51,6 +51,18 @@ def stage_base(plan: BuildPlan) -> list[str]:
     ]
     if plan.apt_packages:
         lines += ins.apt_install(plan.apt_packages)
+    if plan.python_install:  # a free-threaded CPython that no base image provides: uv's managed build
+        from torchkiln.resolve.base import PYTHON_INSTALL_DIR
+
+        lines += ["# the free-threaded CPython the plan needs (no official image has one): python-build-standalone's",
+                  f"# build via uv into {PYTHON_INSTALL_DIR}, python{plan.python_install} on PATH for every stage",
+                  *ins.run(ins.SOURCE_MOUNTS, [
+                      ". /kiln/sources.sh",
+                      "UV_PYTHON_DOWNLOADS=automatic "  # sources.sh says never (the venv must not fetch one)
+                      f"UV_PYTHON_INSTALL_DIR={PYTHON_INSTALL_DIR} UV_PYTHON_BIN_DIR=/usr/local/bin "
+                      f"{UV} python install {plan.python_install}",
+                      f"chmod -R a+rX {PYTHON_INSTALL_DIR}",
+                      f"python{plan.python_install} -c 'import sys; assert not sys._is_gil_enabled()'"])]
     return lines
 
 
@@ -254,11 +266,28 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
         *_copy_python(plan, packages=False),
         *proj.project_install(plan),
         *_env(plan),
+        *_cuda_compat(plan),
         *ins.labels(image_labels(plan)),
         *_app(plan),
         *proj.project_files(plan),
         f"USER {_user_ref(plan)}",
         f"CMD {cmd}",
+    ]
+
+
+def _cuda_compat(plan: BuildPlan) -> list[str]:
+    """[gpu] forward_compat: NVIDIA's cuda-compat libraries of torch's CUDA and the entrypoint that uses them only
+    when the host driver is older (never over a newer driver: no ENV LD_LIBRARY_PATH, no ldconfig)."""
+    if not plan.cuda_compat or plan.torch.cuda is None:
+        return []
+    from torchkiln.resolve.compat import COMPAT_DIR, ENTRYPOINT
+
+    return [
+        f"# CUDA forward compatibility: the cuda-compat libraries of CUDA {plan.torch.cuda} (from NVIDIA's image), put",
+        "# first on the library path at start only when the host's driver is older than them (data-center GPUs)",
+        f"COPY --from={plan.cuda_compat} /usr/local/cuda-{plan.torch.cuda}/compat {COMPAT_DIR}",
+        f"COPY --chmod=0755 .kiln/cuda-compat.sh {ENTRYPOINT}",
+        f'ENTRYPOINT ["{ENTRYPOINT}"]',
     ]
 
 
@@ -306,4 +335,8 @@ def context_files(plan: BuildPlan) -> dict[str, str]:
         **ext.context_files(plan),
         **proj.context_files(plan),
     }
+    if plan.cuda_compat and plan.torch.cuda is not None:
+        from torchkiln.resolve.compat import entrypoint_script
+
+        files[".kiln/cuda-compat.sh"] = entrypoint_script(plan.torch.cuda)
     return dict(sorted(files.items()))

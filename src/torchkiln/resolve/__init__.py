@@ -23,7 +23,15 @@ from packaging.version import Version
 
 from torchkiln.arch import coverage, format_arch_list, parse_arch_list
 from torchkiln.errors import KilnError, ResolveError
-from torchkiln.knowledge import OCI_PLATFORM, Knowledge, ReleasePlatform, TorchRelease, cuda_key
+from torchkiln.knowledge import (
+    OCI_PLATFORM,
+    Knowledge,
+    ReleasePlatform,
+    TorchRelease,
+    cuda_key,
+    free_threaded,
+    python_key,
+)
 from torchkiln.plan import (
     AppPlan,
     BuildPlan,
@@ -35,6 +43,8 @@ from torchkiln.plan import (
     TorchBuildPlan,
     TorchPlan,
 )
+from torchkiln.resolve.base import FREE_THREADED_BASE, PYTHON_INSTALL_DIR, distro_of, official_python_image
+from torchkiln.resolve.compat import compat_facts, compat_problems, eligible
 from torchkiln.resolve.ext import (
     _SUGGESTING,
     Patch,
@@ -69,6 +79,10 @@ def _versions(spec: Spec, kb: Knowledge) -> list[str]:
         exact = Version(text)
     except Exception:
         exact = None
+    if exact is not None and str(exact) not in known and len(exact.release) == 2:
+        series = kb.release_of(f"{exact}.0")  # "2.9": the series, i.e. its newest patch that passes every check
+        if series is not None and series.series == str(exact):
+            return sorted(series.patches, key=Version, reverse=True)
     if exact is not None:
         if str(exact) not in known:
             series = kb.release_of(str(exact))
@@ -121,12 +135,33 @@ def _source_problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb
             if not lo <= t.capability <= hi:
                 problems.append(f"CUDA {c.cuda} cannot compile for {t.name} (compute capability {t.capability}; "
                                 f"it targets {lo} to {hi})")
+            elif (why := _toolkit_lacks(kb, c.cuda, t.capability)) is not None:
+                problems.append(f"CUDA {c.cuda} cannot compile for {t.name}: {why}")
     floor, _ = kb.driver_floor(c.cuda)
-    if spec.gpu.min_driver is not None and driver_key(spec.gpu.min_driver) < driver_key(floor):
+    if spec.gpu.forward_compat:
+        problems += _compat_problems(c.cuda, spec, targets)
+    elif spec.gpu.min_driver is not None and driver_key(spec.gpu.min_driver) < driver_key(floor):
         problems.append(
             f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver {spec.gpu.min_driver}"
         )
     return problems + _gpu_driver_problems(spec, targets, kb)
+
+
+def _compat_problems(cuda: str, spec: Spec, targets: tuple[_Target, ...]) -> list[str]:
+    """``[gpu] forward_compat = true``: why NVIDIA's cuda-compat cannot carry CUDA ``cuda`` here (empty: it can)."""
+    rule = compat_facts().rules.get(cuda.split(".")[0])
+    driver = spec.gpu.min_driver or (rule.min_driver if rule else "0")
+    return [f"[gpu] forward_compat: {p}" for p in compat_problems(cuda, driver, [t.name for t in targets])]
+
+
+def _toolkit_lacks(kb: Knowledge, cuda: str, capability: object) -> str | None:
+    """Why a CUDA toolkit inside its (oldest, newest) range still has no code generator for an architecture:
+    the architecture arrived with a later toolkit (sm_110: CUDA 13.0; sm_103, sm_121: 12.9), else None."""
+    first = kb.arch_first_cuda.get(str(capability))
+    if first is not None and cuda_key(cuda) < cuda_key(first[0]):
+        sm = str(capability).replace(".", "")
+        return f"compute capability {capability} (sm_{sm}) is first known to CUDA {first[0]}"
+    return None
 
 
 def _gpu_driver_floors(targets: tuple[_Target, ...], kb: Knowledge) -> list[tuple[_Target, str, str, str]]:
@@ -144,10 +179,19 @@ def _gpu_driver_problems(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge
     """Targets the spec's ``min_driver`` cannot run at all, whatever the image holds."""
     if spec.gpu.min_driver is None:
         return []
-    return [f"{t.name} needs driver {driver} or newer (the first driver that knows compute capability "
-            f"{t.capability}, shipped with CUDA {cuda}), but the image must run on driver {spec.gpu.min_driver}"
-            for t, driver, cuda, _src in _gpu_driver_floors(targets, kb)
-            if driver_key(spec.gpu.min_driver) < driver_key(driver)]
+    out = [f"{t.name} needs driver {driver} or newer (the first driver that knows compute capability "
+           f"{t.capability}, shipped with CUDA {cuda}), but the image must run on driver {spec.gpu.min_driver}"
+           for t, driver, cuda, _src in _gpu_driver_floors(targets, kb)
+           if driver_key(spec.gpu.min_driver) < driver_key(driver)]
+    affected = {t.name for t, driver, _c, _s in _gpu_driver_floors(targets, kb)
+                if driver_key(spec.gpu.min_driver) < driver_key(driver)}
+    others = [t.name for t in targets if t.name not in affected]
+    if out and others:
+        out.append(f"[gpu] min_driver is the floor of the whole image, and only {', '.join(sorted(affected))} "
+                   f"cannot run on driver {spec.gpu.min_driver}: the nodes with {', '.join(others)} keep running "
+                   f"it there (build {', '.join(sorted(affected))} into an image of its own, e.g. a [matrix] gpu "
+                   "axis, or drop it from this one)")
+    return out
 
 
 def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -161,10 +205,8 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
     if plat is None:
         return [f"torch {c.version} has no wheels for {c.host} ({OCI_PLATFORM[c.host]}) that torchkiln knows"]
     where = "" if c.host == "x86_64" else f" {c.host}"
-    if py not in plat.python:
-        problems.append(
-            f"torch {c.version} has no{where} wheels for Python {py} (it supports {', '.join(plat.python)})"
-        )
+    if py not in plat.pythons(c.version):
+        problems.append(_python_problem(c, py, kb))
     if c.cuda == "cpu":
         if targets:
             problems.append("the CPU build of torch runs no GPU kernels, but [gpu] targets are set")
@@ -198,7 +240,9 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
                     f"{'' if any(e.kind == 'ptx' for e in row.entries) else ' and no PTX'}"
                 )
     floor, _ = kb.driver_floor(c.cuda)
-    if spec.gpu.min_driver is not None:
+    if spec.gpu.forward_compat:  # the compat libcuda is CUDA {c.cuda}'s own driver: floor and PTX JIT are its
+        problems += _compat_problems(c.cuda, spec, targets)
+    elif spec.gpu.min_driver is not None:
         if driver_key(spec.gpu.min_driver) < driver_key(floor):
             problems.append(
                 f"CUDA {c.cuda} needs driver {floor} or newer, but the image must run on driver "
@@ -215,6 +259,24 @@ def _problems(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowl
                             f"CUDA {c.cuda} needs driver {toolkit[0]}, newer than {spec.gpu.min_driver}"
                         )
     return problems + _gpu_driver_problems(spec, targets, kb)
+
+
+def _python_problem(c: _Candidate, py: str, kb: Knowledge) -> str:
+    """Why a torch release has no wheels for a Python, with the releases that have them."""
+    plat = c.on
+    assert plat is not None
+    where = "" if c.host == "x86_64" else f" {c.host}"
+    supported = ", ".join(plat.pythons(c.version))
+    until = plat.python_until.get(py)
+    if until is not None:
+        return (f"torch {c.version} has no{where} wheels for Python {py}: torch {c.release.series} published them "
+                f"up to {until} only (torch {c.version} supports {supported})")
+    having = [v for v in kb.all_patches() if (r := kb.release_of(v)) is not None and (p := r.on(c.host)) is not None
+              and py in p.pythons(v)]
+    span = (f"; {py} wheels exist for torch {min(having, key=Version)} to {max(having, key=Version)}" if having
+            else f"; no torch release torchkiln knows has{where} wheels for Python {py}")
+    kind = " (free-threaded)" if free_threaded(py) else ""
+    return f"torch {c.version} has no{where} wheels for Python {py}{kind} (it supports {supported}{span})"
 
 
 def _fits(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
@@ -251,6 +313,8 @@ def _all_candidates(kb: Knowledge, host: str, cudas: Iterable[str] | None = None
 #: for suggesting a base whose devel sibling compiles extensions where NVIDIA ships no nvcc wheel
 CUDA_IMAGE_RELEASES = {"11.8": "11.8.0", "12.1": "12.1.1", "12.4": "12.4.1", "12.6": "12.6.3", "12.8": "12.8.1",
                        "12.9": "12.9.1"}
+#: the releases above that NVIDIA also publishes on Ubuntu 24.04 (whose apt Python is 3.12)
+CUDA_IMAGE_UBUNTU_24 = frozenset({"12.6.3", "12.8.1", "12.9.1"})
 
 
 
@@ -303,19 +367,38 @@ def _base_idea(cuda: str, c: _Candidate | None = None) -> Iterable[tuple[str, st
     release = CUDA_IMAGE_RELEASES.get(cuda)
     if release is None:
         return
-    base = {"image": f"nvidia/cuda:{release}-runtime-ubuntu22.04", "python": "apt"}
-    text = f'[base] image = "{base["image"]}" with python = "apt"'
-    if c is None:
-        yield "base", text, {"base": base}
-    else:
-        torch_text, patch = _torch_idea(c)
-        yield "base", f"{torch_text} on {text}", {**patch, "base": base}
+    # Ubuntu 22.04 first (Python 3.10, 3.11 from apt), then 24.04 (3.12) where NVIDIA publishes that tag
+    for os_tag in ("ubuntu22.04", *(["ubuntu24.04"] if release in CUDA_IMAGE_UBUNTU_24 else [])):
+        base = {"image": f"nvidia/cuda:{release}-runtime-{os_tag}", "python": "apt"}
+        text = f'[base] image = "{base["image"]}" with python = "apt"'
+        if c is None:
+            yield "base", text, {"base": base}
+        else:
+            torch_text, patch = _torch_idea(c)
+            yield "base", f"{torch_text} on {text}", {**patch, "base": base}
 
 
 def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Candidate | None,
            problems: list[str]) -> Iterable[tuple[str, str, Patch]]:
     """Changes to the spec that might resolve, nearest first (``_suggest`` keeps those that do)."""
     host = failed.host if failed is not None else _host(spec, targets)[0]
+    if (not spec.gpu.forward_compat and spec.gpu.min_driver is not None and targets
+            and all(eligible(t.name) for t in targets)
+            and any("but the image must run on driver" in p and p.startswith("CUDA ") for p in problems)):
+        cuda = failed.cuda if failed is not None else ""
+        rule = compat_facts().rules.get(cuda.split(".")[0])
+        fc: Patch = {"gpu": {"forward_compat": True}}
+        why = ("NVIDIA's cuda-compat package runs CUDA {cuda} on a driver of {branches} with data-center GPUs; the "
+               "image switches it on at start only when the host driver is older")
+        if rule is not None:
+            yield ("forward compat", f"[gpu] forward_compat = true ({why.format(cuda=cuda, branches=rule.branches)})",
+                   fc)
+        for c in _all_candidates(kb, host)[:60]:  # another CUDA major whose compat package the branch supports
+            other = compat_facts().rules.get(c.cuda.split(".")[0])
+            if other is not None and other is not rule and c.cuda != "cpu":
+                text, patch = _torch_idea(c)
+                yield ("forward compat", f"{text} and [gpu] forward_compat = true "
+                       f"({why.format(cuda=c.cuda, branches=other.branches)})", {**patch, **fc})
     fitting = [("torch", c) for c in _all_candidates(kb, host, cpu=spec.torch.cuda == "cpu")]
     if failed is not None:
         plat = failed.on
@@ -333,10 +416,11 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
             yield from _base_idea(c.cuda, c)
     py = spec.python.version
     for _, c in ([("failed", failed)] if failed is not None else []) + fitting[:40]:
-        pys = c.on.python if c.on is not None else ()
+        pys = c.on.pythons(c.version) if c.on is not None else ()
         if py in pys or c.cuda == "cpu" and spec.torch.cuda != "cpu":
             continue
-        near = sorted(pys, key=lambda v: abs(int(v.split(".")[1]) - int(py.split(".")[1])))
+        want = python_key(py)
+        near = sorted(pys, key=lambda v: (python_key(v)[2] != want[2], abs(python_key(v)[1] - want[1])))
         for v in near[:2]:
             moved = _patched(spec, {"python": {"version": v}})
             if moved is not None and not _fits(c, moved, targets, kb):
@@ -540,10 +624,13 @@ def _dev_toolchain(
     try:
         tc = _toolchain(spec, base_image, kb, probe, [], [], [])
     except ResolveError:
+        where = ("use a CUDA 13 variant (no Debian or Ubuntu archive has a free-threaded Python for an NVIDIA "
+                 "CUDA base)" if free_threaded(spec.python.version) else
+                 f"build on NVIDIA's CUDA {torch.cuda} runtime image ([base] image, python = \"apt\") or a CUDA "
+                 "devel image, or use a CUDA 13 variant")
         warnings.append(
             f"the dev stage has no nvcc: NVIDIA publishes no CUDA {torch.cuda} compiler as a wheel and "
-            f"{base_image} has none; for CUDA work in the dev image, build on NVIDIA's CUDA {torch.cuda} runtime "
-            "image ([base] image, python = \"apt\") or a CUDA devel image, or use a CUDA 13 variant."
+            f"{base_image} has none; for CUDA work in the dev image, {where}."
         )
         return None
     finally:
@@ -559,6 +646,85 @@ def _dev_toolchain(
 
 #: PyTorch's own index of each variant (what [sources] torch_index names; the build never hard-codes it)
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+
+
+def _base_python(spec: Spec, kb: Knowledge, targets: tuple[_Target, ...], chosen: _Candidate) -> tuple[str, str]:
+    """(base image, the Python uv installs into it or ""): the base must be able to give the spec's Python.
+
+    ``[base] python = "apt"`` installs python3.X from the distribution's archive, which has only its own
+    Pythons (Ubuntu 22.04: 3.10 and 3.11); no archive has a free-threaded one. With no [base] image a
+    free-threaded Python is installed by uv on Debian slim (no official Python image is free-threaded).
+    """
+    py = spec.python.version
+    image = spec.base.image
+    problem = ""
+    if spec.base.python == "apt":
+        distro = distro_of(image) if image else None
+        if free_threaded(py):
+            problem = (f"[base] python = \"apt\" installs python{py} from the base's package archive, but no Debian "
+                       f"or Ubuntu release packages a free-threaded Python (python{py}) in its archive")
+        elif distro is not None and py not in distro.python:
+            problem = (f"[base] python = \"apt\" installs python{py} from the archive of {image} ({distro.name}), "
+                       f"which has Python {', '.join(distro.python)} only: `apt-get install python{py}` would fail")
+        if problem:
+            ideas: list[tuple[str, str, Patch]] = []
+            if distro is not None and not free_threaded(py):
+                ideas += [("python", f'[python] version = "{v}" (the Python of {distro.name})',
+                           {"python": {"version": v}}) for v in distro.python]
+            ideas.append(("base", "remove [base] image and python: torchkiln's default base for this Python",
+                          {"base": {"image": "", "python": "image"}}))
+            hint, fixes = _suggest(spec, kb, ideas, "Use a [python] version the base's archive has, or a base "
+                                   "image that brings the Python (python = \"image\").")
+            raise ResolveError(problem + ".", hint=hint, fixes=fixes)
+        return image or f"python:{py}-slim-bookworm", ""
+    if not free_threaded(py):
+        return image or f"python:{py}-slim-bookworm", ""
+    if not image:
+        return FREE_THREADED_BASE, py
+    if official_python_image(image) or image.startswith("kiln-base:"):
+        what = ("Docker's official Python images are built with the GIL only (docker-library/python#1082)"
+                if official_python_image(image) else "the offline kiln-base has Debian's Python 3.11 only")
+        hint, fixes = _suggest(spec, kb, [("base", "remove [base] image: uv then installs the free-threaded "
+                                           f"CPython {py} on {FREE_THREADED_BASE}", {"base": {"image": ""}})],
+                               f"Use a base image that has python{py} on its PATH, or none.")
+        raise ResolveError(f"[python] version = \"{py}\" needs the free-threaded interpreter python{py} in the "
+                           f"base image, and {image} has none: {what}.", hint=hint, fixes=fixes)
+    return image, ""
+
+
+def _platform_error(spec: Spec, kb: Knowledge, targets: tuple[_Target, ...], error: ResolveError) -> ResolveError:
+    """The error of targets that cannot share the image's platform, with the platform moves (or target splits)
+    that resolve as its fixes."""
+    ideas: list[tuple[str, str, Patch]] = []
+    for host, oci in OCI_PLATFORM.items():
+        if spec.image.platform != oci:
+            ideas.append(("platform", f'[image] platform = "{oci}"', {"image": {"platform": oci}}))
+            for c in _nearest(spec, _all_candidates(kb, host))[:30]:  # the move with a torch that has wheels there
+                text, patch = _torch_idea(c)
+                ideas.append(("platform", f'[image] platform = "{oci}" with {text}', {**patch,
+                                                                                      "image": {"platform": oci}}))
+    groups: dict[str, list[str]] = {}
+    for t in targets:
+        groups.setdefault(t.hosts[0], []).append(t.name)
+    if len(groups) > 1:
+        for h, names in groups.items():
+            ideas.append(("split", f"one image for {', '.join(names)} ([gpu] targets = {names}, {OCI_PLATFORM[h]})",
+                          {"gpu": {"targets": names}, "image": {"platform": OCI_PLATFORM[h]}}))
+    hint, fixes = _suggest(spec, kb, ideas, "No platform move resolves with these settings; build one image per "
+                           "platform, each spec with its own targets.")
+    if fixes and len(groups) > 1:
+        hint += " Or build one image per platform, each spec with its own targets."
+    return ResolveError(error.message, hint=hint, fixes=fixes)
+
+
+def _nearest(spec: Spec, candidates: list[_Candidate]) -> list[_Candidate]:
+    """Candidates nearest the spec's pinned torch first (stable: newest first among equals)."""
+    try:
+        want = Version(spec.torch.version)
+    except Exception:  # a specifier or nothing: newest first
+        return candidates
+    return sorted(candidates, key=lambda c: abs((Version(c.version).major - want.major) * 100
+                                                + Version(c.version).minor - want.minor))
 
 
 def _wheel_source(kb: Knowledge, version: str, label: str, host: str, plat: ReleasePlatform, on_default: bool,
@@ -603,7 +769,10 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
 
         return resolve_image(spec, kb, facts, own=resolve)
     targets = _targets(spec, kb)
-    host, why_host = _host(spec, targets)
+    try:
+        host, why_host = _host(spec, targets)
+    except ResolveError as e:  # a platform move is offered only where it resolves
+        raise _platform_error(spec, kb, targets, e) from None
     platform = OCI_PLATFORM[host]
     decisions: list[Decision] = []
     warnings: list[str] = []
@@ -666,7 +835,9 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         companions=_companions(spec, version, rel, label),
     )
     why_version = (
-        "pinned in the spec" if spec.torch.version and not any(c in spec.torch.version for c in "<>=!~,")
+        f"'{spec.torch.version}' names the {rel.series} series: its newest patch that passes every check "
+        f"(patches: {', '.join(rel.patches)})" if spec.torch.version == rel.series
+        else "pinned in the spec" if spec.torch.version and not any(c in spec.torch.version for c in "<>=!~,")
         else f"newest release satisfying {spec.torch.version or 'any version'} that passes every check"
     )
     decisions.append(Decision("platform", platform, why_host, "GPUS" if spec.image.platform is None and targets
@@ -720,6 +891,18 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
                     hint=hint, fixes=fixes,
                 )
             caps = [c for c in caps if lo <= c <= hi]
+            unknown = [c for c in caps if _toolkit_lacks(kb, chosen.cuda, c) is not None]
+            if unknown and targets and (spec.extensions or source_build):
+                keep = [t.name for t in targets if t.capability not in unknown]
+                drop = [("drop targets", f"drop them from [gpu] targets (targets = {keep})",
+                         {"gpu": {"targets": keep}})] * bool(keep)
+                hint, fixes = _suggest(spec, kb, itertools.chain(_ideas(spec, targets, kb, chosen, []), drop),
+                                       "Choose a newer CUDA variant with [torch] cuda, or drop those targets.")
+                raise ResolveError(
+                    f"CUDA {chosen.cuda} cannot compile for "
+                    f"{'; '.join(str(_toolkit_lacks(kb, chosen.cuda, c)) for c in unknown)}, and this image compiles "
+                    "code for its targets.", hint=hint, fixes=fixes)
+            caps = [c for c in caps if c not in unknown]
         newest = max(caps) if caps else None
         arch_list = format_arch_list(caps, newest if spec.gpu.ptx else None)
         decisions.append(Decision(
@@ -736,8 +919,23 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         target_plans = _source_targets(targets, arch_list)
 
     # driver floor
+    cuda_compat = ""
     if chosen.cuda == "cpu":
         min_driver, min_driver_source, require = None, "", None
+    elif spec.gpu.forward_compat:
+        rule = compat_facts().rules[chosen.cuda.split(".")[0]]
+        cuda_compat = compat_facts().images[chosen.cuda]
+        min_driver, min_driver_source, require = rule.min_driver, rule.source, rule.require
+        gpu_floors = [f for f in _gpu_driver_floors(targets, kb) if driver_key(f[1]) > driver_key(min_driver)]
+        why = (f"[gpu] forward_compat: NVIDIA's cuda-compat package of CUDA {chosen.cuda} (copied from {cuda_compat}) "
+               f"runs it on a driver of {rule.branches} with data-center GPUs; the entrypoint puts it first on the "
+               "library path only when the host driver is older than it, so a newer host driver is never shadowed; "
+               f"NVIDIA_REQUIRE_CUDA={require}")
+        if gpu_floors:
+            t, min_driver, first, min_driver_source = max(gpu_floors, key=lambda f: driver_key(f[1]))
+            why += (f"; but {t.name} (compute capability {t.capability}) needs {min_driver}, the first driver "
+                    f"that knows it (CUDA {first}): compat libraries cannot teach an older kernel driver a GPU")
+        decisions.append(Decision("driver floor", min_driver, why, min_driver_source))
     else:
         min_driver, min_driver_source = kb.driver_floor(chosen.cuda)
         major = chosen.cuda.split(".")[0]
@@ -756,13 +954,28 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         _extension_plan(ext, spec, kb, torch_plan, arch_list, targets, decisions, warnings) for ext in spec.extensions
     ]
 
-    base_image = spec.base.image or f"python:{py}-slim-bookworm"
+    base_image, python_install = _base_python(spec, kb, targets, chosen)
     decisions.append(Decision(
         "base image", base_image,
         ("given in [base] image" if spec.base.image else
+         f"Debian slim: no official Python image has a free-threaded build (docker-library/python#1082), so "
+         f"uv installs CPython {py} into it (below)" if python_install else
          "official Python slim image: torch's wheels carry their CUDA libraries, so no CUDA base is needed "
          "and the driver comes from the host")
         + ("" if host == "x86_64" else f"; its {platform} variant (the base must offer {platform})"), ""))
+    if python_install:
+        decisions.append(Decision(
+            "python", f"CPython {py} (free-threaded) installed by uv",
+            f"`uv python install {py}` in the base stage puts python-build-standalone's free-threaded build in "
+            f"{PYTHON_INSTALL_DIR} and python{py} in /usr/local/bin, for every stage; it downloads the interpreter "
+            "at build time (GitHub, or the mirror in UV_PYTHON_INSTALL_MIRROR): neither the offline kiln-base "
+            "(Debian bookworm, Python 3.11) nor any Debian or Ubuntu archive has a free-threaded Python", "DISTRO"))
+    if free_threaded(py):
+        warnings.append(
+            f"Python {py} is free-threaded: every compiled package must have a cp{py.replace('.', '')} wheel "
+            f"(tag cp{py.replace('.', '').removesuffix('t')}-cp{py.replace('.', '')}) or build from source for it; "
+            "a package with only GIL wheels is compiled from its sdist (a compiler is then needed) or fails, and "
+            "one whose extension does not declare free-threading support turns the GIL back on at import.")
     toolchain = _toolchain(spec, base_image, kb, torch_plan, ext_plans, decisions, warnings)
     dev_toolchain = toolchain if toolchain is not None else _dev_toolchain(spec, base_image, kb, torch_plan,
                                                                            decisions, warnings)
@@ -770,6 +983,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
     apt = list(spec.packages.apt)
     if spec.base.python == "apt":
         apt.insert(0, f"python{py}")
+    if python_install:
+        apt.insert(0, "ca-certificates")  # uv downloads the interpreter over HTTPS
 
     return BuildPlan(
         image_name=spec.image.name,
@@ -808,4 +1023,6 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         bytecode="all" if spec.python.precompile == "all" else "imports",
         precompile=_precompile(spec, torch_plan),
         platform=platform,
+        python_install=python_install,
+        cuda_compat=cuda_compat,
     )

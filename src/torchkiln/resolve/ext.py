@@ -149,6 +149,9 @@ def _prebuilt(
         return f"{ext.name} @ {url}", (
             f"a prebuilt wheel matches exactly ({ext.name} {ext.version}, CUDA {major}, torch {series}, "
             f"cxx11abi {abi}, cp{py}) and its archs {row.archs} cover every target: installed, not compiled")
+    if info is not None and info.distribution == "wheel" and python.endswith("t"):
+        return None, (f"the package index's {ext.name} wheels are not known to have a free-threaded "
+                      f"cp{python.replace('.', '')} build (an abi3 or cp3X wheel does not load in Python {python})")
     if info is not None and info.distribution == "wheel" and ext.version and info.pairs:
         want = info.pairs.get(ext.version)
         if want is not None and Version(torch.version) in SpecifierSet(want) and torch.on_default_index:

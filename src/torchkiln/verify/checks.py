@@ -796,7 +796,31 @@ def check_driver(ctx: Context) -> tuple[str, str, dict[str, Any]]:
         "notes": info.notes,
     }
     details["nccl"] = _nccl_version(torch)
-    return verdict.status, verdict.reason, details
+    status, reason = verdict.status, verdict.reason
+    compat = "/usr/local/cuda/compat" in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    if ctx.options.spec.get("forward_compat"):
+        details["cuda_compat_in_use"] = compat
+        reason += ("; CUDA forward compatibility: the image's cuda-compat libcuda is in use (the host driver is "
+                   "older)" if compat else "; CUDA forward compatibility not needed (the host driver is new enough)")
+    py = str(ctx.options.spec.get("python") or "")
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    details["python"] = platform.python_version() + ("t" if sysconfig_gil_disabled() else "")
+    details["gil_enabled"] = gil
+    if py.endswith("t") and status != FAIL:
+        if not sysconfig_gil_disabled():
+            status, reason = FAIL, (f"the image is for the free-threaded Python {py}, but this interpreter "
+                                    f"({sys.executable}) is a GIL build")
+        elif gil:
+            reason += (f"; free-threaded Python {py}, but the GIL is on: an imported extension does not declare "
+                       "free-threading support (or PYTHON_GIL=1)")
+    return status, reason, details
+
+
+def sysconfig_gil_disabled() -> bool:
+    """A free-threaded CPython build (``Py_GIL_DISABLED``, PEP 703)."""
+    import sysconfig
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def _nccl_version(torch: Any) -> str | None:

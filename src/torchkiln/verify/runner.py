@@ -52,6 +52,9 @@ class VerifyOptions:
     timeout: float | None = DEFAULT_TIMEOUT
     #: attach the GPUs (off: a smoke test on a build host; the report then says "no CUDA device")
     gpus: bool = True
+    #: run the checks through this program of the image (its [gpu] forward_compat entrypoint, which puts the
+    #: cuda-compat libraries first on an older host driver, as the image's own processes get them)
+    through: str | None = None
 
 
 def bundle_sources() -> list[Path]:
@@ -112,6 +115,10 @@ def spec_from_labels(labels: Mapping[str, str]) -> dict[str, Any] | None:
         out["cuda"] = cuda
     if driver:
         out["min_driver"] = driver
+    if labels.get("io.torchkiln.python"):
+        out["python"] = labels["io.torchkiln.python"]
+    if labels.get("io.torchkiln.cuda-compat"):
+        out["forward_compat"] = True
     return out
 
 
@@ -206,13 +213,14 @@ def verify_image(image: str, engine: Engine, options: VerifyOptions) -> VerifyRe
     """Run the checks in a fresh container of ``image`` with every GPU attached."""
     python = options.python or "python3"
     with staged(options.spec) as root:
+        args = tuple(checks_args(MOUNT, options))
         result = engine.run_request(RunRequest(
             image,
-            tuple(checks_args(MOUNT, options)),
+            (python, *args) if options.through else args,
             gpus=options.gpus,
             mounts=(Mount(root, MOUNT, read_only=True),),
             env=_CHILD_ENV,
-            entrypoint=python,
+            entrypoint=options.through or python,
         ), check=False, timeout=options.timeout)
     return interpret(result, f"{engine.name}:{image}", engine=engine.name, image=image, python=python)
 
