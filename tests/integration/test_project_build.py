@@ -92,7 +92,8 @@ def test_requirements_project_builds_and_its_train_script_runs(  # type: ignore[
 
         # a dependency added at the end: its own step and the joint step run, no other dependency's
         reqs = project / "requirements.txt"
-        reqs.write_text(reqs.read_text() + f"tqdm  # added {time.time_ns()}\n")
+        # a new specifier each run (comments are not part of a requirement): an earlier run's would be cached
+        reqs.write_text(reqs.read_text() + f"tqdm!=0.0.{time.time_ns()}\n")
         second = _build(docker_engine, project, offline_base, cpu_mirror, stable_context("project-requirements"), tag)
         deps = [t for stage, t in _ran(second) if stage == "project-deps"]
         assert len(deps) == 2 and "-r /kiln/project/requirements.txt" in deps[-1], deps
