@@ -99,7 +99,7 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
                 Finding(
                     rule=r.id,
                     name=r.name,
-                    severity=config.severity.get(r.id, r.severity),
+                    severity=config.severity.get(r.id, hit.severity or r.severity),
                     path=source.path,
                     line=hit.line,
                     end_line=hit.end_line or hit.line,

@@ -26,6 +26,7 @@ from torchkiln.lint.model import (
     Stage,
     arg_pairs,
     env_pairs,
+    substitute,
 )
 from torchkiln.lint.shell import Command, Install, recognize, walk
 
@@ -34,7 +35,9 @@ TorchState = Literal["yes", "no", "unknown"]
 
 #: base images that ship torch (NGC, the PyTorch project's images, and images named after torch)
 _TORCH_BASE = re.compile(r"(^|/)(pytorch|torch)[^/:]*(:|$)|nvcr\.io/nvidia/pytorch", re.I)
-NGC_PYTORCH = re.compile(r"^(docker\.io/)?nvcr\.io/nvidia/pytorch(:|@|$)", re.I)
+#: NGC's PyTorch image; `<registry>/dl/dgx/pytorch` is NVIDIA's internal name for the same build
+#: (NVIDIA/DeepLearningExamples' Dockerfiles name gitlab-master.nvidia.com:5005/dl/dgx/pytorch)
+NGC_PYTORCH = re.compile(r"^((docker\.io/)?nvcr\.io/nvidia/pytorch|[^/]+/dl/dgx/pytorch)(:|@|$)", re.I)
 
 #: packages whose presence marks a training image (used by KL007)
 TRAINING_PACKAGES = frozenset(
@@ -144,17 +147,44 @@ def build_context(source: Source, config: LintConfig) -> Context:
     return ctx
 
 
+#: command-line flags that make a program listen for clients (Gradio/webui `--listen`, `--port`,
+#: `--server-port`, `--host 0.0.0.0`, gunicorn's `--bind`)
+_LISTEN_FLAGS = re.compile(r"(^|\s)--(listen|port|server[-_]port|server[-_]name|host|bind)(\s|=|$)", re.I)
+#: programs that are not the image's service even when a port is exposed: shells, Jupyter, sshd
+_NOT_A_SERVICE = re.compile(r"^(\S*/)?(bash|sh|zsh|jupyter|jupyter-lab|jupyterlab|sshd|tini|dumb-init)$")
+
+
 def _serving_evidence(ctx: Context) -> str | None:
-    """The final image's CMD/ENTRYPOINT when it starts a server (evidence of a deployed image)."""
+    """The final image's CMD/ENTRYPOINT when it starts a server (evidence of a deployed image): a
+    server program or word (uvicorn, `serve`, ...), a listening flag (`--listen`, `--port`,
+    `--host`, `--bind`, also through an ENV the command expands), or an EXPOSEd port with a
+    program that is not a shell, Jupyter or sshd."""
     last: Instruction | None = None
+    exposed: Instruction | None = None
+    env_text: list[str] = []
     for st in ctx.final_chain:
         for ins in st.instructions:
             if ins.keyword in ("CMD", "ENTRYPOINT"):
                 last = ins
+            elif ins.keyword == "EXPOSE":
+                exposed = ins
+            elif ins.keyword == "ENV":
+                env_text.append(" ".join(ins.args))
     if last is None:
         return None
-    m = _SERVING_WORDS.search(" ".join(last.args))
-    return f"{last.keyword} runs {m.group(0)!r} (line {last.line})" if m else None
+    text = " ".join(last.args)
+    m = _SERVING_WORDS.search(text)
+    if m:
+        return f"{last.keyword} runs {m.group(0)!r} (line {last.line})"
+    words = text.split()
+    if not words or _NOT_A_SERVICE.match(words[0]):
+        return None  # a shell, Jupyter (a dev image) or sshd, whatever ports it listens on
+    flags = _LISTEN_FLAGS.search(text) or ("$" in text and _LISTEN_FLAGS.search(" ".join(env_text)))
+    if flags:
+        return f"{last.keyword} passes {flags.group(0).strip()!r} (line {last.line})"
+    if exposed is not None:
+        return f"EXPOSE {' '.join(exposed.args)} (line {exposed.line}) with {last.keyword} {text[:40]!r}"
+    return None
 
 
 def base_ships_torch(image: str | None) -> bool:
@@ -166,11 +196,13 @@ def _apply_env(
 ) -> str | None:
     for ins in instructions:
         if ins.keyword == "ENV":
+            # BuildKit expands $VAR in an ENV value with the ARG/ENV values before it
             for k, val in env_pairs(ins):
-                env[k] = val
+                env[k] = (substitute(val, env) if "$" in val else None) or val
         elif ins.keyword == "ARG":
             for k, default in arg_pairs(ins):
-                env[k] = default if default is not None else df.global_args.get(k)
+                value = default if default is not None else df.global_args.get(k)
+                env[k] = (substitute(value, env) if value and "$" in value else None) or value
         elif ins.keyword == "WORKDIR" and ins.args:
             w = ins.args[0]
             workdir = w if w.startswith("/") or workdir is None else workdir.rstrip("/") + "/" + w
@@ -209,7 +241,7 @@ def installs_torch(inst: Install) -> TorchState:
     names = inst.names
     if names & TORCH_FAMILY or "pytorch" in names:
         return "yes"
-    if inst.has("--requirement", "--file") or inst.sub in ("sync", "create") or inst.tool == "conda":
+    if inst.has("--requirement", "--file") or inst.sub in ("sync", "create") or inst.tool in ("conda", "poetry"):
         return "unknown"
     if any(r.kind in ("path", "unknown") for r in inst.reqs):
         return "unknown"

@@ -147,6 +147,9 @@ class Snippet:
     instruction: Instruction | None = None
     #: number of leading words that are not the command (``RUN`` and its flags)
     skip_words: int = 0
+    #: a Dockerfile RUN's own lines, which BuildKit joins (backslash-newline removed) before the
+    #: shell reads them: a ``#`` comment then runs to the end of the joined command
+    joined: bool = False
 
     def file_line(self, index: int) -> int:
         if not self.lines:
@@ -217,6 +220,10 @@ class Dockerfile:
         keyword = ins.sub_keyword or ins.keyword
         if keyword not in ("RUN", "CMD", "ENTRYPOINT") or ins.exec_form:
             if ins.exec_form and keyword in ("RUN", "CMD", "ENTRYPOINT"):
+                script = _shell_c_script(ins.args)
+                if script is not None:
+                    # ["/bin/bash", "-c", "pip install ..."]: the shell runs the script string
+                    return Snippet(script, (ins.line,) * (script.count("\n") + 1), ins, 0)
                 return Snippet(shlex.join(ins.args), (ins.line,), ins, 0)
             return None
         if self.escape != "\\":
@@ -230,10 +237,11 @@ class Dockerfile:
             stripped = raw.strip()
             if n > ins.line and (not stripped or stripped.startswith("#")):
                 continue  # BuildKit drops comment and empty lines inside a continuation
-            kept.append(raw)
+            # BuildKit takes `\` followed only by blanks at the end of a line as a continuation too
+            kept.append(re.sub(r"\\[ \t]+$", "\\\\", raw))
             nums.append(n)
         skip = 1 + len(ins.flags) + (1 if ins.keyword == "ONBUILD" else 0)
-        return Snippet("\n".join(kept), tuple(nums), ins, skip)
+        return Snippet("\n".join(kept), tuple(nums), ins, skip, joined=True)
 
     def heredoc_snippets(self, ins: Instruction) -> list[Snippet]:
         """Heredoc bodies that a shell runs (``RUN <<EOF`` or ``RUN bash <<EOF``), or scripts
@@ -543,24 +551,121 @@ def unquote(value: str) -> str:
 
 
 def substitute(text: str, values: Mapping[str, str | None]) -> str | None:
-    """Replace ``$NAME`` / ``${NAME}`` / ``${NAME:-default}``; None if a value is unknown."""
-    unresolved = False
+    """Expand ``$NAME``, ``${NAME}``, ``${NAME:-word}``, ``${NAME-word}``, ``${NAME:+word}`` and
+    ``${NAME+word}`` as BuildKit's word lexer does, with nested expansions inside ``word`` (``${A:+"${A}/"}``)
+    and quotes inside ``word`` removed; None if a value that matters is unknown. A name without a
+    value (an ARG with no default) counts as unset."""
+    out, ok = _expand(text, values, 0, len(text))
+    return out if ok else None
 
-    def repl(m: re.Match[str]) -> str:
-        nonlocal unresolved
-        name = m.group(1) or m.group(2)
-        value = values.get(name)
-        if value is None:
-            inner = m.group(0)
-            dm = re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}", inner)
-            if dm:
-                return dm.group(1)
-            unresolved = True
-            return inner
-        return value
 
-    out = _VAR.sub(repl, text)
-    return None if unresolved else out
+def _expand(text: str, values: Mapping[str, str | None], i: int, end: int) -> tuple[str, bool]:
+    out: list[str] = []
+    ok = True
+    while i < end:
+        ch = text[i]
+        if ch == "\\" and i + 1 < end:
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if ch != "$" or i + 1 >= end:
+            out.append(ch)
+            i += 1
+            continue
+        m = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(text, i + 1, end)
+        if m:  # $NAME
+            v = values.get(m.group(0))
+            if v is None:
+                ok = False
+                out.append(m.group(0).join(("${", "}")))
+            else:
+                out.append(v)
+            i = m.end()
+            continue
+        if text[i + 1] != "{":
+            out.append(ch)
+            i += 1
+            continue
+        m = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(text, i + 2, end)
+        close = _closing_brace(text, i + 2, end)
+        if not m or close < 0:
+            out.append(ch)
+            i += 1
+            continue
+        name, j = m.group(0), m.end()
+        op = ""
+        for cand in (":-", ":+", "-", "+"):
+            if text.startswith(cand, j):
+                op, j = cand, j + len(cand)
+                break
+        v = values.get(name)
+        if not op:
+            if j != close:  # ${NAME:?msg}, ${NAME#pat}...: not followed
+                out.append(text[i : close + 1])
+                ok = False
+            elif v is None:
+                out.append(text[i : close + 1])
+                ok = False
+            else:
+                out.append(v)
+            i = close + 1
+            continue
+        word, word_ok = _expand(text, values, j, close)
+        word = word.replace('"', "").replace("'", "")
+        is_set, non_empty = v is not None, bool(v)
+        if op == ":-":
+            out.append(v if non_empty else word)  # type: ignore[arg-type]
+            ok = ok and (non_empty or word_ok)
+        elif op == "-":
+            out.append(v if is_set else word)  # type: ignore[arg-type]
+            ok = ok and (is_set or word_ok)
+        elif op == ":+":
+            out.append(word if non_empty else "")
+            ok = ok and (not non_empty or word_ok)
+        else:  # "+"
+            out.append(word if is_set else "")
+            ok = ok and (not is_set or word_ok)
+        i = close + 1
+    return "".join(out), ok
+
+
+def _closing_brace(text: str, i: int, end: int) -> int:
+    """The index of the ``}`` that closes a ``${`` whose name starts at ``i`` (nesting counted)."""
+    depth = 1
+    while i < end:
+        if text.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        if text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+_SHELL_PROGRAM = re.compile(r"(/usr)?(/bin/)?(ba|da|z)?sh")
+
+
+def _shell_c_script(argv: Sequence[str]) -> str | None:
+    """The script of an exec-form ``["/bin/bash", "-c", "script"]`` (flags like ``-ec``, ``-lc``,
+    ``-o pipefail -c`` allowed before it), else None."""
+    if len(argv) < 3 or not _SHELL_PROGRAM.fullmatch(argv[0]):
+        return None
+    i = 1
+    while i < len(argv) - 1:
+        a = argv[i]
+        if a in ("-o", "+o") and i + 2 < len(argv):
+            i += 2
+            continue
+        if re.fullmatch(r"[-+][a-zA-Z]+", a):
+            if "c" in a[1:]:
+                return argv[i + 1]
+            i += 1
+            continue
+        return None
+    return None
 
 
 def _make_stage(

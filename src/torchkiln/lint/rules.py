@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import Literal, TypeGuard
 
 from packaging.version import InvalidVersion, Version
 
@@ -37,6 +37,9 @@ class Hit:
     end_line: int | None = None
     fix: str | None = None  # a fix specific to this finding (else the rule's)
     stage: str | None = None
+    #: a lower severity for a finding the rule cannot be sure of from the file (severity means
+    #: confidence); a `[severity]` setting in the config still wins
+    severity: Severity | None = None
 
 
 Check = Callable[[Context], Iterable[Hit]]
@@ -101,6 +104,8 @@ def _env_has(env: Mapping[str, str | None], *names: str) -> bool:
 
 
 def _tool_label(inst: Install) -> str:
+    if inst.command.name == "mim":
+        return "mim install (pip)"
     if inst.tool == "uv":
         return "uv pip " + inst.sub if "pip" in inst.command.argv[:3] else "uv " + inst.sub
     return f"{inst.tool} {inst.sub}"
@@ -263,6 +268,8 @@ class _Cache:
 _CACHES = {
     "pip": _Cache("--no-cache-dir", "PIP_NO_CACHE_DIR", "PIP_CACHE_DIR", "/root/.cache/pip"),
     "uv": _Cache("--no-cache", "UV_NO_CACHE", "UV_CACHE_DIR", "/root/.cache/uv"),
+    # Poetry: the global option --no-cache (Poetry 1.2+) turns its caches off for the command
+    "poetry": _Cache("--no-cache", "POETRY_NO_CACHE", "POETRY_CACHE_DIR", "/root/.cache/pypoetry"),
 }
 
 
@@ -332,19 +339,105 @@ def _pip_config_disables_cache(ctx: Context, step: Step, inst: Install) -> bool:
     ),
 )
 def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
+    assert ctx.df is not None
     for step in _final_steps(ctx):
         for inst in step.installs:
-            if inst.tool not in ("pip", "uv") or inst.sub == "download" or _cache_ok(inst, step):
+            if inst.tool not in ("pip", "uv", "poetry") or inst.sub == "download" or _cache_ok(inst, step):
                 continue
             if inst.tool == "pip" and _pip_config_disables_cache(ctx, step, inst):
                 continue
+            if inst.tool == "pip" and _downloads_nothing_cached(inst):
+                continue
+            if inst.tool == "poetry" and _poetry_deps_already_installed(ctx, step, inst):
+                continue
             tool, cache = _tool_label(inst), _CACHES[inst.tool]
+            fix = f"Add --mount=type=cache,target={cache.default_dir} to this RUN (or pass {cache.no_cache_flag})."
+            where = _stage_label(step.stage)
+            if inst.tool == "uv" and not _uv_copies(inst, step):
+                yield Hit(
+                    inst.line,
+                    f"{tool} in {where} leaves uv's cache in the layer, but uv hard-links the installed files "
+                    "from it (its default link mode on Linux), so within this RUN the layer stores them once: "
+                    "the cache adds little (measured: numpy's venv 58.3 MB, venv + cache 60.1 MB). It doubles "
+                    "only with UV_LINK_MODE=copy or when the cache is on another file system",
+                    fix=fix,
+                    stage=step.stage.label,
+                    severity="info",
+                )
+                continue
+            ngc = _ngc_pip_cache(ctx.df.base_image(step.stage)) if inst.tool == "pip" else None
+            if ngc == "off":
+                continue
+            if ngc == "unknown":
+                yield Hit(
+                    inst.line,
+                    f"{tool} in {where} may keep its download cache in a layer of the final image: NGC PyTorch "
+                    "images ship a global pip configuration with no-cache-dir = true in the releases where it "
+                    "was checked (23.08, pypa/pip#12278; 23.12), not confirmed for "
+                    f"{ctx.df.base_image(step.stage)}, and the Dockerfile cannot tell. Run "
+                    "`pip config debug` in the image: if no file sets no-cache-dir, the cache stays",
+                    fix=fix,
+                    stage=step.stage.label,
+                    severity="info",
+                )
+                continue
             yield Hit(
                 inst.line,
-                f"{tool} in {_stage_label(step.stage)} keeps its download cache in a layer of the final image",
-                fix=f"Add --mount=type=cache,target={cache.default_dir} to this RUN (or pass {cache.no_cache_flag}).",
+                f"{tool} in {where} keeps its download cache in a layer of the final image",
+                fix=fix,
                 stage=step.stage.label,
             )
+
+
+#: NGC PyTorch releases whose image is known to ship a global pip configuration with
+#: `no-cache-dir = true` (so pip keeps no cache): 23.08 (/etc/xdg/pip/pip.conf, pypa/pip#12278) and
+#: 23.12 (issue 29: the image's pip configuration); the releases between them are the same line.
+#: Other releases are not confirmed either way.
+_NGC_PIP_NO_CACHE = ("23.08", "23.12")
+_NGC_RELEASE = re.compile(r":(\d\d\.\d\d)(?:-|$)")
+
+
+def _ngc_pip_cache(base: str | None) -> Literal["off", "unknown"] | None:
+    """On an NGC PyTorch base: "off" when the release is known to turn pip's cache off in its
+    global configuration, "unknown" otherwise; None when the base is not NGC PyTorch."""
+    if base is None or not NGC_PYTORCH.match(base):
+        return None
+    m = _NGC_RELEASE.search(base)
+    if m and _NGC_PIP_NO_CACHE[0] <= m.group(1) <= _NGC_PIP_NO_CACHE[1]:
+        return "off"
+    return "unknown"
+
+
+def _uv_copies(inst: Install, step: Step) -> bool:
+    """uv copies files out of its cache (instead of hard-linking them) with `--link-mode copy` or
+    UV_LINK_MODE=copy; then the cache is a second copy in the layer."""
+    env = {**inst.env, **inst.command.assigned()}
+    mode = (inst.values("--link-mode") or (env.get("UV_LINK_MODE") or "",))[-1]
+    return (mode or "").strip("\"'").lower() == "copy"
+
+
+def _poetry_deps_already_installed(ctx: Context, step: Step, inst: Install) -> bool:
+    """`poetry install` after an earlier `poetry install --no-root` in the stage chain: the
+    dependencies came (and were cached) then; this one adds only the project itself."""
+    assert ctx.df is not None
+    if inst.sub != "install" or inst.has("--no-root"):
+        return False
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    return any(
+        other.tool == "poetry" and other.sub == "install" and other.has("--no-root")
+        for st in ctx.steps
+        if st.stage.index in chain and st.ins.line < step.ins.line
+        for other in st.installs
+    )
+
+
+def _downloads_nothing_cached(inst: Install) -> bool:
+    """`pip install --no-deps` of local wheels, local folders or VCS checkouts only: nothing is
+    downloaded from an index but build requirements, and pip does not cache wheels it builds from a
+    moving VCS reference."""
+    if not inst.has("--no-deps") or not inst.reqs or inst.has("--requirement", "--constraint"):
+        return False
+    return all(r.kind in ("path", "vcs", "wheel") and not r.text.startswith(("http://", "https://")) for r in inst.reqs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -701,7 +794,7 @@ _EXTENSION_REPOS = re.compile(
 _OWN_GENCODE = frozenset({"flash-attn", "flash-attention", "mamba", "mamba-ssm", "causal-conv1d"})
 #: extensions heavy enough to OOM a builder with one nvcc job per CPU (KL011)
 _HEAVY = frozenset(
-    {"flash-attn", "flash-attention", "xformers", "vllm", "apex", "deepspeed", "transformerengine",
+    {"flash-attn", "flash-attention", "xformers", "vllm", "deepspeed", "transformerengine",
      "transformer-engine", "transformer-engine-torch", "mamba", "mamba-ssm"}
 )  # fmt: skip
 #: CUDA extensions whose install instructions require --no-build-isolation, beyond those of
@@ -754,6 +847,16 @@ def _cuda_signal(env: Mapping[str, str | None], inst: Install, image_env: Mappin
     return "--cuda_ext" in opts or "--cuda_ext" in argv or arch_for_this_run
 
 
+#: checkouts of PyTorch itself: building them builds torch, not an extension against it
+_TORCH_SOURCE_TREES = frozenset({"pytorch"})
+#: the architecture variables of source trees that do not read TORCH_CUDA_ARCH_LIST (alone):
+#: tiny-cuda-nn's bindings read TCNN_CUDA_ARCHITECTURES (bindings/torch/setup.py)
+_REPO_ARCH_VARS: dict[str, tuple[str, ...]] = {
+    "tiny-cuda-nn": ("TCNN_CUDA_ARCHITECTURES", "TORCH_CUDA_ARCH_LIST"),
+    "tiny_cuda_nn": ("TCNN_CUDA_ARCHITECTURES", "TORCH_CUDA_ARCH_LIST"),
+}
+
+
 def extension_builds(ctx: Context) -> Iterator[ExtBuild]:
     """Every install/build that compiles a CUDA extension against torch."""
     for step in ctx.steps:
@@ -764,7 +867,7 @@ def extension_builds(ctx: Context) -> Iterator[ExtBuild]:
             label = _extension_label(inst, env, cwd, step.env)
             if label is None:
                 continue
-            arch_vars = _SDIST_EXTENSIONS.get(label, ("TORCH_CUDA_ARCH_LIST",))
+            arch_vars = _SDIST_EXTENSIONS.get(label) or _REPO_ARCH_VARS.get(label, ("TORCH_CUDA_ARCH_LIST",))
             yield ExtBuild(step, inst, label, arch_vars, env, cwd)
 
 
@@ -783,6 +886,10 @@ def _extension_label(
 ) -> str | None:
     if any(_SKIP_CUDA.match(k) and (env.get(k) or "").upper() == "TRUE" for k in env):
         return None  # the package's setup.py compiles nothing
+    if cwd and _repo_name(cwd).lower() in _TORCH_SOURCE_TREES and (
+        inst.tool == "setup.py" or any(r.kind == "path" and r.text in (".", "./") for r in inst.reqs)
+    ):
+        return None  # PyTorch's own source build (jetson-containers, pytorch/pytorch): torch itself
     if inst.tool == "setup.py":
         if inst.sub not in ("install", "develop", "build", "build_ext", "bdist_wheel", "bdist_egg"):
             return None
@@ -836,6 +943,18 @@ def _pinned(inst: Install, name: str) -> Version | None:
     return None
 
 
+def _image_cuda(image: str) -> tuple[int, int] | None:
+    """The CUDA version an image's tag names: nvidia/cuda:12.1.0-..., pytorch/pytorch:...-cuda11.8-..."""
+    repo, tag, _ = image_tag(image)
+    if not tag:
+        return None
+    if repo.endswith("nvidia/cuda"):
+        m = _CUDA_TAG.match(tag)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+    m = re.search(r"cuda[-_]?(\d+)\.(\d+)", tag, re.I)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def _arch_value(env: Mapping[str, str | None], names: Iterable[str]) -> tuple[str, str | None] | None:
     for n in names:
         if n in env and env[n] != "":
@@ -870,6 +989,19 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
         if got is not None and (got[1] or "").strip().lower() != "native":
             continue
         names = " or ".join(b.arch_vars)
+        if b.label == "apex" and got is None:
+            cuda = _image_cuda(ctx.df.base_image(b.step.stage) or "") if ctx.df is not None else None
+            if cuda is not None and cuda[0] < 11:
+                continue  # apex's own list (6.0-7.5) covers every GPU a CUDA 9/10 toolkit targets
+            yield Hit(
+                b.install.line,
+                "apex is compiled without TORCH_CUDA_ARCH_LIST: with no GPU visible its setup.py sets its "
+                "own default list (Pascal to Turing, plus 8.0/8.6 on CUDA 11), without +PTX: GPUs after "
+                "Ampere (Ada, Hopper, Blackwell) get no apex kernels",
+                stage=b.step.stage.label,
+                severity="warning",
+            )
+            continue
         why = "is 'native', which needs a visible GPU" if got else "is not set"
         yield b.hit(f"{b.label} is compiled but {names} {why}: the architectures are guessed at build time")
 
@@ -938,7 +1070,114 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         if b.label == "apex" and _legacy_apex(b):
             continue
+        why_unsure = _isolation_unsure(ctx, b)
+        if why_unsure:
+            yield Hit(
+                inst.line,
+                f"{b.label} is built without --no-build-isolation and {why_unsure}: pip before 25.3 with "
+                "`wheel` installed runs its setup.py with the image's torch; pip 25.3 and later (or without "
+                "`wheel`) build it in an isolated environment without torch (\"No module named 'torch'\"). "
+                "The Dockerfile does not show which pip runs",
+                stage=b.step.stage.label,
+                severity="info",
+            )
+            continue
         yield b.hit(f"{b.label} is built in an isolated environment without your torch (no --no-build-isolation)")
+
+
+#: sdists on the package index with no pyproject.toml (checked: flash-attn 2.3.3, 2.4.1, 2.5.5,
+#: 2.5.8, 2.7.4.post1, 2.8.3; xformers 0.0.22; deepspeed 0.12.6, 0.16.2), so pip decides whether to
+#: isolate their build: pip 24.0 and 25.2 run setup.py in the current environment, pip 26.3 builds in
+#: isolation (checked with a setup.py that imports an outer package; pip 25.3 enforces PEP 517)
+_SDIST_WITHOUT_PYPROJECT = frozenset({"flash-attn", "xformers", "deepspeed"})
+
+
+def _isolation_unsure(ctx: Context, b: ExtBuild) -> str | None:
+    """Why KL009 cannot be sure the build is isolated (None when it is sure): an sdist without a
+    pyproject.toml, or a source pinned to a release/commit whose pyproject.toml is unknown, built by
+    a pip whose version the Dockerfile does not show. uv always isolates; a pip upgraded to the
+    newest release (`pip install -U pip`) is 25.3 or later and always isolates."""
+    inst = b.install
+    if inst.tool == "uv" or _pip_upgraded_before(ctx, b):
+        return None
+    for r in inst.reqs:
+        if r.kind == "name" and r.name in _SDIST_WITHOUT_PYPROJECT and r.name == b.label:
+            return "its sdist has no pyproject.toml"
+    pin = _source_pin(b)
+    if pin is not None and not _pin_has_pyproject(b.label, pin):
+        return f"is pinned to {pin}, whose pyproject.toml (if any) the file does not show"
+    return None
+
+
+def _pip_upgraded_before(ctx: Context, b: ExtBuild) -> bool:
+    """`pip install -U pip` (no version) earlier in the stage chain or the same RUN: the newest pip."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(b.step.stage)}
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > b.step.ins.line:
+            continue
+        for other in st.installs:
+            if other is b.install:
+                break
+            upgrades_pip = any(r.text.strip().lower() == "pip" for r in other.reqs)
+            if other.tool == "pip" and other.has("--upgrade") and upgrades_pip:
+                return True
+    return False
+
+
+#: pinned releases known to ship a pyproject.toml whose build requirements include torch (an
+#: isolated build then compiles against another torch): Transformer Engine from 1.7 (its
+#: pyproject.toml; volcengine/verl's Dockerfile.ngc.vllm installs v1.7)
+_PYPROJECT_SINCE = {"transformer-engine": Version("1.7"), "transformerengine": Version("1.7"),
+                    "transformer-engine-torch": Version("1.7")}  # fmt: skip
+
+
+def _source_pin(b: ExtBuild) -> str | None:
+    """The fixed version, tag or commit an extension build is pinned to (`name==X`, `git+...@ref`,
+    `git clone -b ref` / `git checkout ref` before it in the RUN), None when it follows a moving
+    branch or is unpinned."""
+    inst = b.install
+    for r in inst.reqs:
+        if r.kind == "name" and r.name == b.label:
+            m = re.search(r"===?\s*([0-9][0-9A-Za-z.+-]*)", r.text)
+            if m:
+                return m.group(1)
+        if r.kind == "vcs":
+            ref = r.text.split("#", 1)[0].split("://", 1)[-1]
+            ref = ref.rsplit("@", 1)[1] if "@" in ref.split("/", 1)[-1] else ""
+            if ref and ref.lower() not in _MOVING_REFS:
+                return ref
+    return _checkout_ref(b)
+
+
+def _checkout_ref(b: ExtBuild) -> str | None:
+    """`git clone -b REF ...` or `git checkout REF` earlier in the same RUN (a fixed ref), if any."""
+    found = None
+    for cmd, _env, _cwd in b.step.commands:
+        if cmd is b.install.command:
+            break
+        argv = list(cmd.argv)
+        if argv[:1] != ["git"]:
+            continue
+        if "checkout" in argv:
+            ref = next((a for a in argv[argv.index("checkout") + 1 :] if not a.startswith("-")), "")
+            if ref and ref.lower() not in _MOVING_REFS and ref != ".":
+                found = ref
+        if "clone" in argv:
+            for flag in ("-b", "--branch"):
+                if flag in argv[:-1] and argv[argv.index(flag) + 1].lower() not in _MOVING_REFS:
+                    found = argv[argv.index(flag) + 1]
+    return found
+
+
+def _pin_has_pyproject(label: str, pin: str) -> bool:
+    since = _PYPROJECT_SINCE.get(label)
+    if since is None:
+        return False
+    try:
+        return Version(pin.lstrip("vV").split("+", 1)[0]) >= since
+    except InvalidVersion:
+        return False
 
 
 _MOVING_REFS = frozenset({"", "master", "main", "head"})
@@ -1291,7 +1530,7 @@ def unquoted_list(ctx: Context) -> Iterator[Hit]:
 def cut_lists(ctx: Context) -> Iterator[tuple[int, str, str, str]]:
     """Shell assignments cut by an unquoted ';': (line, name, value kept, next word)."""
     for sn in ctx.snippets:
-        toks = tokenize(sn.text)
+        toks = tokenize(sn.text, sn.joined)
         for a, op, b in zip(toks, toks[1:], toks[2:], strict=False):
             if a.kind != "word" or op.kind != "op" or op.text != ";" or b.kind != "word":
                 continue
@@ -1558,6 +1797,15 @@ def _torch_cuda(inst: Install) -> tuple[int, str] | None:
         m = _CU_INDEX.search(u)
         if m and inst.has("--index-url", "--index", "--default-index"):
             return int((m.group(1) or m.group(2))[:-1]), f"the index {u}"
+    extra = [u for u in inst.values("--extra-index-url") if _CU_INDEX.search(u)]
+    if extra and not inst.has("--index-url", "--index", "--default-index"):
+        cu = _CU_INDEX.search(extra[0])
+        major = int((cu.group(1) or cu.group(2))[:-1]) if cu else 0
+        torch_req = next((r for r in inst.reqs if r.name == "torch"), None)
+        if major == 11 and torch_req is not None and torch_req.text.strip().lower() == "torch":
+            # pip takes the highest version from all indexes: download.pytorch.org's cu11x indexes end
+            # at torch 2.7, so an unpinned torch comes from PyPI, whose wheels are CUDA 12 builds
+            return 12, f"an unpinned torch with --extra-index-url {extra[0]} (pip picks PyPI's newer CUDA 12 torch)"
     if any("cu" in u for u in urls):
         return None  # an extra CUDA index: which one wins depends on the versions there
     for r in inst.reqs:
@@ -1714,11 +1962,55 @@ def kernel_driver(ctx: Context) -> Iterator[Hit]:
     ),
 )
 def setup_py_install(ctx: Context) -> Iterator[Hit]:
+    seen: set[int] = set()
     for b in extension_builds(ctx):
-        if b.label.startswith("the setup.py build"):
-            continue  # an unnamed project (torch itself, a repo's own kernels): not a known extension
         if b.install.tool == "setup.py" and b.install.sub in ("install", "develop"):
-            yield b.hit(f"{b.label} is built and installed with `setup.py {b.install.sub}`")
+            seen.add(id(b.install))
+            label = b.label.replace("the setup.py build in", "the CUDA build in")
+            yield b.hit(f"{label} is built and installed with `setup.py {b.install.sub}`")
+    # CUDA packages the extension model does not name: torchvision from source, DeepSeek's kernels
+    for step in ctx.steps:
+        clones = _cloned_repos(step)
+        for inst in step.installs:
+            if inst.tool != "setup.py" or inst.sub not in ("install", "develop") or id(inst) in seen:
+                continue
+            cwd = next((c for cmd, _e, c in step.commands if cmd is inst.command), None) or step.workdir or ""
+            name = _repo_name(cwd).lower() if cwd else ""
+            url = clones.get(name, "")
+            if name in _SETUP_PY_CUDA_REPOS or re.search(r"github\.com/pytorch/vision(\.git)?$", url):
+                yield Hit(
+                    inst.line,
+                    f"{'torchvision' if 'pytorch/vision' in url else name} (a CUDA extension package) is built "
+                    f"and installed with `setup.py {inst.sub}`",
+                    stage=step.stage.label,
+                )
+
+
+#: repositories of CUDA kernels usually installed with `setup.py install` (their READMEs): DeepEP,
+#: FlashMLA, DeepGEMM (deepseek-ai), and torchvision's own checkout (`vision`, matched by its URL)
+_SETUP_PY_CUDA_REPOS = frozenset({"deepep", "flashmla", "flash-mla", "deepgemm", "deep-gemm", "deep_ep", "torchvision"})
+
+
+def _cloned_repos(step: Step) -> dict[str, str]:
+    """Folder name -> URL of each `git clone URL [dir]` in a RUN."""
+    out: dict[str, str] = {}
+    for cmd, _e, _c in step.commands:
+        argv = list(cmd.argv)
+        if argv[:2] != ["git", "clone"]:
+            continue
+        pos = [a for a in argv[2:] if not a.startswith("-")]
+        # drop values of flags that take one (-b ref, --depth n, --branch ref)
+        for flag in ("-b", "--branch", "--depth", "-c", "--config", "--origin", "-o"):
+            if flag in argv:
+                i = argv.index(flag)
+                if i + 1 < len(argv) and argv[i + 1] in pos:
+                    pos.remove(argv[i + 1])
+        if not pos:
+            continue
+        url = pos[0].rstrip("/")
+        folder = pos[1] if len(pos) > 1 else _repo_name(url)
+        out[_repo_name(folder).lower()] = re.sub(r"\.git$", "", url)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1788,6 +2080,13 @@ def shell_syntax(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
     for ins in ctx.df.instructions():
+        if ins.keyword in ("COPY", "ADD") and not ins.heredocs and len(ins.args) < 2:
+            yield Hit(
+                ins.line,
+                f"{ins.keyword} {' '.join(ins.args)} names no destination; docker build stops with "
+                f"'{ins.keyword} requires at least two arguments'",
+                fix="Add the destination (`COPY Pipfile.lock .`).",
+            )
         if ins.keyword in ("ENV", "ARG", "LABEL"):
             raw: list[tuple[str, str | None]]
             if ins.keyword == "ARG":
@@ -1871,7 +2170,7 @@ def bash_syntax_error(text: str) -> str | None:
 )
 def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
     for sn in ctx.snippets:
-        toks = tokenize(sn.text)
+        toks = tokenize(sn.text, sn.joined)
         installer = False
         for i, t in enumerate(toks):
             if t.kind == "op":
@@ -1888,6 +2187,9 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                         f"`{spec}` is not a version specifier to the shell: `{t.text}` redirects to a file named '{nxt.raw}'",
                         fix=f'Quote it: "{prev or "package"}{t.text}{nxt.raw}".',
                     )
+
+
+from torchkiln.lint import rules_more as _rules_more  # noqa: E402,F401  (registers KL030-KL034)
 
 
 def ordered_rules() -> list[Rule]:

@@ -40,12 +40,26 @@ class Token:
 
 
 @lru_cache(maxsize=4096)
-def tokenize(text: str) -> tuple[Token, ...]:
-    """Split shell text into words, operators and redirections (with a newline operator)."""
-    return tuple(_tokenize(text))
+def tokenize(text: str, joined: bool = False) -> tuple[Token, ...]:
+    """Split shell text into words, operators and redirections (with a newline operator).
+
+    ``joined``: the text is a Dockerfile RUN whose lines BuildKit joins before the shell sees them
+    (a backslash-newline is removed), so a ``#`` comment runs to the end of the joined command and
+    swallows the continuation lines after it; in a script a comment ends at its own line."""
+    return tuple(_tokenize(text, joined))
 
 
-def _tokenize(text: str) -> list[Token]:
+@lru_cache(maxsize=4096)
+def swallowing_comments(text: str) -> tuple[tuple[int, int], ...]:
+    """In a Dockerfile RUN (joined text): each ``#`` comment that a line continuation extends over
+    later lines that hold more shell text, as (line index of the comment, last line index it
+    hides). Those lines are part of the comment for the shell: their commands never run."""
+    found: list[tuple[int, int]] = []
+    _tokenize(text, True, found)
+    return tuple(found)
+
+
+def _tokenize(text: str, joined: bool = False, swallowed: list[tuple[int, int]] | None = None) -> list[Token]:
     toks: list[Token] = []
     i, n = 0, len(text)
     line = 0
@@ -70,8 +84,17 @@ def _tokenize(text: str) -> list[Token]:
                 pending_heredocs = []
             continue
         if ch == "#":
-            while i < n and text[i] != "\n":
+            start_line, hides = line, False
+            while i < n:
+                if text[i] == "\n":
+                    if not (joined and i > 0 and text[i - 1] == "\\"):
+                        break
+                    line += 1  # BuildKit removed this backslash-newline: the comment goes on
+                elif line > start_line and text[i] not in " \t\\":
+                    hides = True
                 i += 1
+            if hides and swallowed is not None:
+                swallowed.append((start_line, line))
             continue
         op = next((o for o in _REDIRS if text.startswith(o, i)), None) if ch in "<>&" else None
         if op is not None:
@@ -240,7 +263,7 @@ def commands(snippet: Snippet) -> tuple[Command, ...]:
 
 
 def _commands(snippet: Snippet) -> list[Command]:
-    toks = list(tokenize(snippet.text))
+    toks = list(tokenize(snippet.text, snippet.joined))
     # drop the instruction keyword and its flags
     skip = snippet.skip_words
     while skip and toks and toks[0].kind == "word":
@@ -386,7 +409,7 @@ def _wheel_name(url: str) -> str | None:
     return canonicalize_name(base.split("-", 1)[0]) if "-" in base else None
 
 
-InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py", "dnf", "apk"]
+InstallTool = Literal["pip", "uv", "conda", "apt", "setup.py", "dnf", "apk", "poetry"]
 
 # pip / uv options that take a value (long names; short ones are mapped first)
 _VALUE_OPTS = frozenset(
@@ -452,7 +475,9 @@ def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
             argv = argv[2:]
             prog = argv[0]
         elif len(argv) >= 3 and argv[1].endswith("setup.py"):
-            sub = next((a for a in argv[2:] if not a.startswith("-")), "")
+            subs = [a for a in argv[2:] if not a.startswith("-")]
+            # `setup.py build develop`, `build_ext install`: the command that installs is what counts
+            sub = next((a for a in subs if a in ("install", "develop")), subs[0] if subs else "")
             if sub in ("install", "develop", "build", "build_ext", "bdist_wheel", "bdist_egg"):
                 return Install("setup.py", sub, cmd, _opts(argv[2:])[0], (), env)
             return None
@@ -467,6 +492,15 @@ def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
                 opts.setdefault("--no-cache-dir", opts.pop("--no-cache"))
             return Install("pip", argv[1], cmd, opts, _reqs(opts, pos), env)
         return None
+    if prog == "poetry" and len(argv) >= 2 and argv[1] in ("install", "add", "sync", "update"):
+        # Poetry downloads into its own cache (~/.cache/pypoetry) and copies into the environment
+        opts, pos = _opts(argv[2:])
+        reqs = _reqs(opts, pos) if argv[1] == "add" else ()
+        return Install("poetry", argv[1], cmd, opts, reqs, env)
+    if prog == "mim" and len(argv) >= 2 and argv[1] == "install":
+        # OpenMMLab's `mim install` runs `pip install` with the same arguments (plus a find-links)
+        opts, pos = _opts(argv[2:])
+        return Install("pip", "install", cmd, opts, _reqs(opts, pos), env)
     if prog == "uv":
         rest = argv[1:]
         if rest[:2] in (["pip", "install"], ["pip", "sync"]):

@@ -6,7 +6,7 @@ RUN pip install --upgrade torch==2.5.1 torchvision==0.20.1
 
 RUN git clone https://github.com/NVIDIA/apex /opt/apex
 WORKDIR /opt/apex
-# expect: KL002, KL011
+# expect: KL002
 RUN pip install -v --disable-pip-version-check --no-build-isolation --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" ./
 
 # expect: KL015

@@ -1,0 +1,483 @@
+"""Rules added for issue 29 (KL030-KL034): problems a Dockerfile shows with certainty that the first
+rules missed on public files: commands a comment swallows, conda caches, unverified downloads,
+secret files copied into the image, and an extension wheel built for another torch.
+
+Registered on import (``torchkiln.lint.rules`` imports this module at its end)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from torchkiln.lint.context import Context, Step
+from torchkiln.lint.rules import Hit, _stage_label, image_tag, rule
+from torchkiln.lint.shell import Command, commands, swallowing_comments
+
+# ---------------------------------------------------------------------------------------------
+# KL030: a comment inside a continued RUN swallows the lines after it
+
+
+@rule(
+    "KL030",
+    "comment-swallows-commands",
+    "error",
+    "A `#` comment in a continued RUN hides the commands on the lines after it",
+    why=(
+        "BuildKit joins a RUN's lines (a backslash-newline is removed) before the shell reads them. "
+        "A `# comment` at the end of a line that continues therefore runs to the end of the joined "
+        "command: every line after it is part of the comment, and its commands never run, while the "
+        "build succeeds. (Lines that start with `#` are different: BuildKit drops them.)"
+    ),
+    source=(
+        "Dockerfile reference 'Format' (comment lines inside continuations are removed, not other "
+        "text) and 'Parser directives: escape'; POSIX shell 'Comments' (to the end of the line)"
+    ),
+    fix=(
+        "Move the comment to a line of its own above the RUN (or to a line that starts with #), "
+        "or end the command before it."
+    ),
+)
+def comment_swallows(ctx: Context) -> Iterator[Hit]:
+    for step in ctx.steps:
+        for sn in step.snippets:
+            if not sn.joined:
+                continue
+            for first, last in swallowing_comments(sn.text):
+                a, b = sn.file_line(first), sn.file_line(last)
+                yield Hit(
+                    a,
+                    f"the comment on line {a} continues over line{'s' if b > a + 1 else ''} "
+                    f"{a + 1}{f'-{b}' if b > a + 1 else ''}: for the shell "
+                    f"{'they are' if b > a + 1 else 'it is'} part of the comment, so {'their' if b > a + 1 else 'its'} "
+                    "commands never run",
+                    end_line=b,
+                    stage=step.stage.label,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL031: conda / mamba package caches left in the layer
+
+_CONDA = ("conda", "mamba", "micromamba")
+_CONDA_CLEAN_FLAGS = frozenset({"-a", "--all", "-t", "--tarballs", "-p", "--packages", "-f", "--force-pkgs-dirs"})
+
+
+def _conda_installs(step: Step) -> list[Command]:
+    out = []
+    for cmd, _env, _cwd in step.commands:
+        prog = cmd.name.rsplit("/", 1)[-1]
+        argv = list(cmd.argv)
+        if prog not in _CONDA or len(argv) < 2:
+            continue
+        if argv[1] in ("install", "create", "update", "upgrade") or argv[1:3] in (["env", "create"], ["env", "update"]):
+            out.append(cmd)
+    return out
+
+
+def _cleans_conda(cmd: Command) -> bool:
+    prog = cmd.name.rsplit("/", 1)[-1]
+    argv = list(cmd.argv)
+    if prog in _CONDA and len(argv) >= 2 and argv[1] == "clean":
+        flags = set()
+        for a in argv[2:]:
+            if a.startswith("--"):
+                flags.add(a)
+            elif a.startswith("-"):
+                flags.update(f"-{c}" for c in a[1:])
+        return bool(flags & _CONDA_CLEAN_FLAGS)
+    if cmd.name == "rm":
+        return any(re.search(r"/pkgs/?\*?$|/pkgs/", w.text) for w in cmd.words[1:])
+    return False
+
+
+def _conda_copied_stages(ctx: Context) -> set[int]:
+    """Stages outside the final chain whose conda root the final image copies
+    (`COPY --from=<stage> /opt/conda /opt/conda`): their package cache ships too."""
+    out: set[int] = set()
+    if ctx.df is None:
+        return out
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword != "COPY":
+                continue
+            ref = next(iter(ins.flag_values("from")), None)
+            src = ctx.df.stage_ref(ref) if ref else None
+            if src is None:
+                continue
+            if any(re.search(r"(^|/)(mini|mamba|micro)?(conda|forge)[^/]*/?$", a) for a in ins.args[:-1]):
+                out.update(c.index for c in ctx.df.chain(src))
+    return out
+
+
+@rule(
+    "KL031",
+    "conda-cache-in-layer",
+    "warning",
+    "conda/mamba install without `conda clean` in the same RUN",
+    why=(
+        "conda, mamba and micromamba keep every downloaded package archive (.conda/.tar.bz2) and its "
+        "extracted copy in the package cache (<root>/pkgs): for CUDA libraries and torch that is GB. "
+        "Cleaning in a later RUN does not shrink the image; it has to happen in the RUN that installs, "
+        "or the cache must be a BuildKit cache mount."
+    ),
+    source=(
+        "conda docs 'conda clean'; micromamba-docker docs ('micromamba clean --all --yes'); "
+        "Docker docs 'Use cache mounts'"
+    ),
+    fix=(
+        "End the RUN with `&& conda clean -afy` (micromamba: `micromamba clean --all --yes`), "
+        "or mount the pkgs folder as a cache."
+    ),
+)
+def conda_cache(ctx: Context) -> Iterator[Hit]:
+    copied = _conda_copied_stages(ctx)
+    steps = [st for st in ctx.steps if ctx.in_final_chain(st.stage) or st.stage.index in copied]
+    for step in steps:
+        installs = _conda_installs(step)
+        if not installs:
+            continue
+        if any("pkgs" in t for t in step.cache_targets()):
+            continue
+        cmds = [c for c, _, _ in step.commands]
+        for inst in installs:
+            later = cmds[cmds.index(inst) + 1 :] if inst in cmds else []
+            if any(_cleans_conda(c) for c in later):
+                continue
+            shipped = "" if ctx.in_final_chain(step.stage) else " (the final stage copies this conda root)"
+            yield Hit(
+                inst.line,
+                f"{inst.name.rsplit('/', 1)[-1]} {inst.argv[1]} in {_stage_label(step.stage)} leaves its package "
+                f"cache (pkgs/) in a layer of the final image{shipped}",
+                stage=step.stage.label,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL032: downloads with TLS or signature checks turned off
+
+
+def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
+    prog = cmd.name.rsplit("/", 1)[-1]
+    args = [w.text for w in cmd.words[1:]]
+    if prog == "curl" and any(a in ("-k", "--insecure") or re.fullmatch(r"-[a-zA-Z]*k[a-zA-Z]*", a) for a in args):
+        return "curl -k (--insecure) does not verify the server's TLS certificate"
+    if prog == "wget" and "--no-check-certificate" in args:
+        return "wget --no-check-certificate does not verify the server's TLS certificate"
+    if prog in ("apt-get", "apt", "aptitude") and any(
+        a in ("--allow-unauthenticated", "--allow-insecure-repositories") or "AllowUnauthenticated=true" in a
+        for a in args
+    ):
+        return "apt installs packages whose signatures are not checked (--allow-unauthenticated)"
+    if re.fullmatch(r"pip(\d(\.\d+)?)?", prog) or (prog.startswith("python") and "pip" in args[:2]) or prog == "uv":
+        hosts = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--trusted-host"]
+        hosts += [a.split("=", 1)[1] for a in args if a.startswith("--trusted-host=")]
+        if hosts:
+            return f"pip --trusted-host {hosts[0]} turns off TLS verification for that host"
+        if prog == "uv" and "--allow-insecure-host" in args:
+            return "uv --allow-insecure-host turns off TLS verification"
+    if prog == "git" and any(re.fullmatch(r"http\.sslverify=false", a, re.I) for a in args):
+        return "git -c http.sslVerify=false does not verify the server's TLS certificate"
+    for name in ("GIT_SSL_NO_VERIFY", "PYTHONHTTPSVERIFY", "CURL_INSECURE"):
+        v = cmd.assigned().get(name)
+        if v is not None and (v.strip().lower() in ("1", "true") if name != "PYTHONHTTPSVERIFY" else v.strip() == "0"):
+            return f"{name}={v} turns off TLS verification"
+    return None
+
+
+@rule(
+    "KL032",
+    "insecure-download",
+    "warning",
+    "A download in RUN skips TLS certificate or package signature checks",
+    why=(
+        "`curl -k`, `wget --no-check-certificate`, `pip --trusted-host` and `apt-get "
+        "--allow-unauthenticated` accept whatever a network attacker or a broken mirror serves: the "
+        "file, wheel or package that lands in the image is not verified. In an image that then runs "
+        "it (often as root, often with GPUs and data mounted) that is a supply-chain hole."
+    ),
+    source=(
+        "curl man page (--insecure); GNU Wget manual (--no-check-certificate); pip docs (--trusted-host); apt-get(8)"
+    ),
+    fix=(
+        "Drop the flag and fix the cause: install ca-certificates (or add the corporate CA to the "
+        "image's trust store), use https, import the repository's signing key; pin a checksum "
+        "(`ADD --checksum=sha256:...` or `sha256sum -c`) for a file you must fetch."
+    ),
+)
+def insecure_download(ctx: Context) -> Iterator[Hit]:
+    for step in ctx.steps:
+        for cmd, env, _cwd in step.commands:
+            what = _insecure(cmd, dict(env))
+            if what:
+                yield Hit(cmd.line, what, stage=step.stage.label)
+        for name, value in step.env.items():
+            if name == "PIP_TRUSTED_HOST" and value:
+                yield Hit(
+                    step.ins.line,
+                    f"PIP_TRUSTED_HOST={value} turns off TLS verification for pip",
+                    stage=step.stage.label,
+                )
+                break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL033: private keys and credential files copied into the image
+
+#: file names that hold a secret by their nature (private keys, cloud and registry credentials)
+_SECRET_FILES = re.compile(
+    r"(^|/)("
+    r"id_(rsa|dsa|ecdsa|ed25519)|[^/]*\.(key|p12|pfx)|[^/]*private[-_]?key[^/]*"
+    r"|[^/]*service[-_]?account[^/]*\.json|[^/]*(gcp|gcloud|google)[-_]?(credentials|key)[^/]*\.json|credentials\.json"
+    r"|[^/]*[-_]key\.json|\.netrc|\.pypirc|\.git-credentials|\.aws/credentials|\.aws|\.ssh|kaggle\.json"
+    r"|\.docker/config\.json|\.npmrc|\.env"
+    r")/?$",
+    re.I,
+)
+#: names that may hold secrets but also plain settings (`.env` templates, `.npmrc` registries): info
+_MAYBE_SECRET = re.compile(r"(^|/)(\.env|\.npmrc)/?$", re.I)
+
+
+@rule(
+    "KL033",
+    "secret-file-in-image",
+    "error",
+    "A private key or credentials file is copied into the image",
+    why=(
+        "Everything COPY/ADD puts in a layer ships with the image and stays in its history even if a "
+        "later RUN deletes it: anyone who can pull the image can read an SSH key, a cloud "
+        "service-account key, a .netrc or .pypirc. Build-time credentials belong in a BuildKit secret "
+        "mount; run-time ones in the orchestrator's secret store."
+    ),
+    source=(
+        "Docker docs 'Build secrets' (RUN --mount=type=secret); CIS Docker Benchmark 4.10 "
+        "(do not store secrets in Dockerfiles)"
+    ),
+    fix=(
+        "Remove the COPY; at build time use `RUN --mount=type=secret,id=key,target=/root/.ssh/id_rsa ...` "
+        "(or `--mount=type=ssh`), at run time mount the file or pass it from a secret store. Add the "
+        "file to .dockerignore."
+    ),
+)
+def secret_files(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for ins in ctx.df.instructions():
+        if ins.keyword not in ("COPY", "ADD") or ins.flag_values("from") or ins.heredocs:
+            continue
+        srcs = [a for a in ins.args[:-1] if not a.startswith("--")]
+        for src in srcs:
+            if "://" in src:
+                continue
+            if _SECRET_FILES.search(src.rstrip("/")):
+                sure = not _MAYBE_SECRET.search(src.rstrip("/"))
+                yield Hit(
+                    ins.line,
+                    f"{ins.keyword} {src} puts {'a secret' if sure else 'a file that usually holds secrets'} "
+                    "into a layer of the image, readable by anyone who pulls it",
+                    severity=None if sure else "info",
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL034: an extension wheel built for another torch than the one the Dockerfile pins
+
+_TORCH_PIN = re.compile(r"^torch\s*===?\s*(\d+\.\d+(?:\.\d+)?)")
+_WHEEL_TORCH = re.compile(r"torch(\d+\.\d+)", re.I)
+_EXT_WHEELS = ("flash_attn", "flash-attn", "xformers", "mamba_ssm", "causal_conv1d", "flashinfer")
+
+
+def _torch_pins(ctx: Context) -> list[tuple[Step, Version]]:
+    out = []
+    for step in ctx.steps:
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv"):
+                continue
+            for r in inst.reqs:
+                m = _TORCH_PIN.match(r.text.replace(" ", ""))
+                if m:
+                    try:
+                        out.append((step, Version(m.group(1))))
+                    except InvalidVersion:
+                        pass
+    return out
+
+
+def _image_torch(image: str | None) -> Version | None:
+    """torch's version from a pytorch/pytorch:X-cudaY tag."""
+    if not image:
+        return None
+    repo, tag, _ = image_tag(image)
+    if not repo.endswith("pytorch/pytorch") or not tag:
+        return None
+    m = re.match(r"(\d+\.\d+(?:\.\d+)?)-", tag)
+    try:
+        return Version(m.group(1)) if m else None
+    except InvalidVersion:
+        return None
+
+
+@rule(
+    "KL034",
+    "extension-wheel-for-other-torch",
+    "error",
+    "A prebuilt CUDA extension wheel is built for another torch than the image's",
+    why=(
+        "Prebuilt CUDA extension wheels (flash-attn release assets, xformers, flashinfer) are "
+        "compiled against one torch release and name it in the file name (`+cu12torch2.6...`) or "
+        "require it in their metadata (xformers 0.0.30 requires torch==2.7.0). Installed beside "
+        "another torch they fail to import with undefined symbols; without --no-deps pip instead "
+        "replaces the image's torch with the one the wheel wants."
+    ),
+    source=(
+        "Dao-AILab/flash-attention release assets (wheel names); xformers README and wheel metadata "
+        "(`pairs` in knowledge/extensions.toml)"
+    ),
+    fix=(
+        "Pick the wheel built for the torch the image runs (the same torch major.minor in the file name, "
+        "or the xformers release paired with it), or pin torch to the wheel's."
+    ),
+)
+def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    from torchkiln.knowledge import load_knowledge
+
+    pins = _torch_pins(ctx)
+    exts = load_knowledge().extensions
+    for step in ctx.steps:
+        chain = {c.index for c in ctx.df.chain(step.stage)}
+        cands = [
+            v
+            for s, v in pins
+            if s.stage.index in chain and (s.stage.index != step.stage.index or s.ins.line <= step.ins.line)
+        ]
+        torch_v = cands[-1] if cands else _image_torch(ctx.df.base_image(step.stage))
+        if torch_v is None:
+            continue
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv"):
+                continue
+            for r in inst.reqs:
+                low = r.text.lower()
+                if (
+                    r.kind in ("wheel", "url")
+                    and low.endswith(".whl")
+                    and any(e in low.rsplit("/", 1)[-1] for e in _EXT_WHEELS)
+                ):
+                    m = _WHEEL_TORCH.search(low.rsplit("/", 1)[-1])
+                    if m and m.group(1) != f"{torch_v.major}.{torch_v.minor}":
+                        yield Hit(
+                            inst.line,
+                            f"{r.text.rsplit('/', 1)[-1]} is built for torch {m.group(1)}, "
+                            f"but the image's torch is {torch_v}",
+                            stage=step.stage.label,
+                        )
+                if r.kind == "name" and r.name == "xformers":
+                    v = re.search(r"===?\s*([0-9][0-9A-Za-z.+-]*)", r.text)
+                    ext = exts.get("xformers")
+                    if v is None or ext is None:
+                        continue
+                    want = ext.pairs.get(v.group(1))
+                    if not want:
+                        continue
+                    try:
+                        ok = SpecifierSet(want).contains(torch_v, prereleases=True)
+                    except InvalidSpecifier:
+                        continue
+                    if not ok:
+                        yield Hit(
+                            inst.line,
+                            f"xformers {v.group(1)} requires torch {want} in its metadata, "
+                            f"but the image's torch is {torch_v}"
+                            + (
+                                " (with --no-deps it fails to load)"
+                                if inst.has("--no-deps")
+                                else ": pip will replace torch"
+                            ),
+                            stage=step.stage.label,
+                        )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL035: a RUN that only sets shell variables
+
+
+@rule(
+    "KL035",
+    "run-sets-nothing",
+    "warning",
+    "A RUN only exports or assigns variables, which end with it",
+    why=(
+        "Each RUN is a new shell: `RUN export FORCE_CUDA=1` or `RUN A=1 && B=2` sets the variables "
+        "for that shell only, and they are gone when it exits. The later build steps the author meant "
+        "them for run without them (a CUDA extension built without FORCE_CUDA, a library path that is "
+        "not set)."
+    ),
+    source=(
+        "Dockerfile reference 'RUN' and 'ENV' (ENV values persist for later instructions; "
+        "RUN's shell environment does not)"
+    ),
+    fix="Use ENV (or ARG for build-only values), or set the variables in the RUN that needs them.",
+)
+def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
+    for step in ctx.steps:
+        cmds = [c for c, _, _ in step.commands]
+        if not cmds or step.ins.heredocs:
+            continue
+        names: list[str] = []
+        for c in cmds:
+            if c.name == "export" and len(c.words) > 1:
+                names += [w.text.split("=", 1)[0] for w in c.words[1:] if not w.text.startswith("-")]
+            elif not c.words and c.assignments:
+                names += [w.text.split("=", 1)[0] for w in c.assignments]
+            else:
+                break
+        else:
+            if names:
+                yield Hit(
+                    step.ins.line,
+                    f"RUN only sets {', '.join(names)}: the values end with this RUN's shell "
+                    "and later steps do not see them",
+                    stage=step.stage.label,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL036: a second command run together with the first (a missing `&&`)
+
+_TOOLS = frozenset({"pip", "pip3", "apt-get", "apt", "conda", "mamba", "micromamba", "uv", "git", "yum", "dnf", "apk"})
+_VERBS = frozenset({"install", "uninstall", "clone", "update", "upgrade", "add", "sync"})
+
+
+@rule(
+    "KL036",
+    "missing-command-separator",
+    "error",
+    "Two commands run together: a tool and its verb appear inside another command's arguments",
+    why=(
+        "A line continuation without `&&` (or `;`) between two commands makes the second one "
+        "arguments of the first: `pip install numpy \\\\ pip install torch` asks pip for packages named "
+        "'pip', 'install' and 'torch', and `apt-get install -y git \\\\ git clone URL` installs a "
+        "package named 'clone'. The build may even succeed, without the step that was meant."
+    ),
+    source="POSIX shell 'Lists' (commands are separated by ;, &&, || or newlines); Dockerfile reference 'Format'",
+    fix="Put `&&` (or `;`) at the end of the line before the second command.",
+    applies_to=("dockerfile", "script", "apptainer"),
+)
+def missing_separator(ctx: Context) -> Iterator[Hit]:
+    for sn in ctx.snippets:
+        for cmd in commands(sn):
+            argv = cmd.argv
+            if len(argv) < 4 or cmd.name not in _TOOLS:
+                continue
+            for i in range(2, len(argv) - 1):
+                if argv[i] in _TOOLS and argv[i + 1] in _VERBS and not cmd.words[i].quoted:
+                    yield Hit(
+                        sn.file_line(cmd.words[i].index),
+                        f"`{argv[i]} {argv[i + 1]}` is part of the arguments of `{' '.join(argv[:2])}` "
+                        f"(line {cmd.line}): a `&&` is missing before it, so it never runs as a command",
+                    )
+                    break

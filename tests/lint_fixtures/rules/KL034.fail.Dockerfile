@@ -1,0 +1,7 @@
+# KL034: extension wheels built for another torch than the one installed.
+FROM pytorch/pytorch:2.7.0-cuda12.6-cudnn9-runtime
+# expect: KL034
+RUN pip install --no-cache-dir https://github.com/Dao-AILab/flash-attention/releases/download/v2.7.4.post1/flash_attn-2.7.4.post1+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl
+# expect: KL034
+RUN pip install --no-cache-dir --no-deps xformers==0.0.29
+USER 1000:1000

@@ -1,0 +1,104 @@
+"""Issue 29: severity means confidence. Where the Dockerfile cannot tell (an NGC release whose pip
+configuration is not confirmed, uv's hard-linked cache, an extension pinned to a source whose
+pyproject.toml is unknown, a file that may hold secrets), the finding is info and says why; where it
+can, the rule keeps its severity. Also the shell reading of issue 29: comments in continued RUNs,
+exec-form shell scripts, nested ARG expansions."""
+
+from __future__ import annotations
+
+from torchkiln.lint import LintConfig, lint_text
+from torchkiln.lint.model import substitute
+from torchkiln.lint.shell import swallowing_comments, tokenize
+
+
+def _find(text: str, rule: str) -> list[tuple[int, str, str]]:
+    return [(f.line, f.severity, f.message) for f in lint_text(text, config=LintConfig()) if f.rule == rule]
+
+
+def test_ngc_pip_cache_by_release() -> None:
+    known = _find("FROM nvcr.io/nvidia/pytorch:23.08-py3\nRUN pip install einops\n", "KL002")
+    unknown = _find("FROM nvcr.io/nvidia/pytorch:22.12-py3\nRUN pip install einops\n", "KL002")
+    assert known == []
+    assert [s for _, s, _ in unknown] == ["info"] and "pip config debug" in unknown[0][2]
+    # uv does not read pip's configuration: on any NGC release its cache is uv's business
+    uv = _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN UV_LINK_MODE=copy uv pip install --system einops\n", "KL002")
+    assert [s for _, s, _ in uv] == ["warning"]
+
+
+def test_uv_cache_is_info_unless_copied() -> None:
+    base = "FROM python:3.11-slim\nRUN pip install --no-cache-dir uv\n"
+    assert [s for _, s, _ in _find(base + "RUN uv pip install --system numpy\n", "KL002")] == ["info"]
+    assert [s for _, s, _ in _find(base + "RUN uv pip install --system --link-mode copy numpy\n", "KL002")] == [
+        "warning"
+    ]
+    assert _find(base + "RUN --mount=type=cache,target=/root/.cache/uv uv pip install --system numpy\n", "KL002") == []
+
+
+def test_pinned_extension_isolation_is_info_known_pyproject_is_error() -> None:
+    head = (
+        "FROM pytorch/pytorch:2.1.2-cuda12.1-cudnn8-devel\n"
+        "ENV MAX_JOBS=4 TORCH_CUDA_ARCH_LIST=9.0+PTX NVTE_CUDA_ARCHS=90\n"
+    )
+    pinned = _find(head + "RUN pip install --no-cache-dir flash-attn==2.5.5\n", "KL009")
+    te17 = _find(
+        head + "RUN pip install --no-cache-dir git+https://github.com/NVIDIA/TransformerEngine.git@v1.7.0\n", "KL009"
+    )
+    te_old = _find(
+        head + "RUN pip install --no-cache-dir git+https://github.com/NVIDIA/TransformerEngine.git@abc1234\n", "KL009"
+    )
+    assert [s for _, s, _ in pinned] == ["info"]
+    assert [s for _, s, _ in te17] == ["error"]
+    assert [s for _, s, _ in te_old] == ["info"]
+
+
+def test_secret_files_certain_and_uncertain() -> None:
+    head = "FROM python:3.11-slim\n"
+    assert [s for _, s, _ in _find(head + "COPY deploy-key.json /app/\n", "KL033")] == ["error"]
+    assert [s for _, s, _ in _find(head + "COPY .env /app/.env\n", "KL033")] == ["info"]
+    assert _find(head + "COPY --from=build /root/.netrc /tmp/x\n", "KL033") == []
+
+
+def test_comment_in_continued_run_swallows_the_rest_only_in_a_dockerfile() -> None:
+    text = "RUN pip install a # note \\\n    && pip install b"
+    assert swallowing_comments(text) == ((0, 1),)
+    joined = [t.text for t in tokenize(text, True) if t.kind == "word"]
+    script = [t.text for t in tokenize(text, False) if t.kind == "word"]
+    assert "b" not in joined and "b" in script  # a shell script ends the comment at its line
+    # a full-line comment inside the continuation is dropped by BuildKit before the shell runs
+    df = "FROM python:3.11-slim\nRUN pip install --no-cache-dir a \\\n    # note\n    && pip install b\n"
+    assert _find(df, "KL030") == [] and [ln for ln, _, _ in _find(df, "KL002")] == [4]
+
+
+def test_nested_arg_expansion_like_buildkit() -> None:
+    assert substitute('${R:+"${R}/"}img:${T}', {"R": "", "T": "1"}) == "img:1"
+    assert substitute('${R:+"${R}/"}img:${T}', {"R": "ghcr.io/x", "T": "1"}) == "ghcr.io/x/img:1"
+    assert substitute("${R-dflt}", {"R": ""}) == ""
+    assert substitute("${R:-dflt}", {"R": ""}) == "dflt"
+    assert substitute("${MISSING}", {}) is None
+
+
+def test_exec_form_shell_script_is_read() -> None:
+    df = 'FROM python:3.11-slim\nRUN ["/bin/bash", "-o", "pipefail", "-c", "pip install requests | tee log"]\n'
+    assert [ln for ln, _, _ in _find(df, "KL002")] == [2]
+
+
+def test_sdist_isolation_depends_on_pip_unless_pip_was_upgraded() -> None:
+    head = "FROM pytorch/pytorch:2.1.2-cuda12.1-cudnn8-devel\nENV MAX_JOBS=4\n"
+    plain = _find(head + "RUN pip install --no-cache-dir flash-attn\n", "KL009")
+    upgraded = _find(head + "RUN pip install --no-cache-dir -U pip && pip install --no-cache-dir flash-attn\n", "KL009")
+    uv = _find(head + "RUN uv pip install --system --no-cache flash-attn\n", "KL009")
+    assert [s for _, s, _ in plain] == ["info"] and "sdist has no pyproject.toml" in plain[0][2]
+    assert [s for _, s, _ in upgraded] == ["error"]
+    assert [s for _, s, _ in uv] == ["error"]
+
+
+def test_backslash_with_trailing_blanks_continues_like_buildkit() -> None:
+    df = "FROM python:3.11-slim\nRUN pip install --no-cache-dir numpy \\ \n    requests\nUSER 1:1\n"
+    from torchkiln.lint.model import parse_dockerfile
+    from torchkiln.lint.shell import commands
+
+    d = parse_dockerfile(df)
+    run = next(i for i in d.instructions() if i.keyword == "RUN")
+    sn = d.snippet(run)
+    assert sn is not None
+    assert [c.argv for c in commands(sn)] == [("pip", "install", "--no-cache-dir", "numpy", "requests")]
