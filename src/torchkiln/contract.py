@@ -59,6 +59,9 @@ def image_labels(plan: BuildPlan) -> dict[str, str]:
         labels[f"{LABEL_PREFIX}.min-driver"] = plan.min_driver or ""
         if plan.cuda_compat:  # [gpu] forward_compat: the runtime carries cuda-compat, switched on at start
             labels[f"{LABEL_PREFIX}.cuda-compat"] = plan.cuda_compat
+        if plan.prune is not None:  # what `kiln prune` cut in the build (the SBOM carries the labels too)
+            labels[f"{LABEL_PREFIX}.pruned"] = ",".join(plan.prune.what)
+            labels[f"{LABEL_PREFIX}.pruned-to"] = ",".join(plan.prune.targets) + ("+ptx" if plan.prune.ptx else "")
     return labels
 
 

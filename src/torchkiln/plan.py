@@ -146,6 +146,23 @@ class LockPins:
 
 
 @dataclass(frozen=True)
+class PrunePlan:
+    """Fat binaries cut down to the targets in the steps that install them (``kiln prune``; issue #28)."""
+
+    #: compute capabilities kept ("9.0")
+    targets: tuple[str, ...]
+    #: also keep the newest PTX that runs on a target ([gpu] ptx)
+    ptx: bool
+    #: what is pruned: "torch" (torch's own libraries), "extension-libraries" (the files the image's extensions install)
+    what: tuple[str, ...]
+
+    @property
+    def args(self) -> str:
+        """The command-line arguments of prune.py for these targets."""
+        return f"--targets {','.join(self.targets)}" + (" --ptx" if self.ptx else "")
+
+
+@dataclass(frozen=True)
 class ProjectPlan:
     """``[project]``: the project's dependencies (its lock's or requirements' lines) and its own package."""
 
@@ -209,6 +226,8 @@ class BuildPlan:
     python_install: str = ""
     #: [gpu] forward_compat: the NVIDIA image whose cuda-compat libraries the runtime carries, or ""
     cuda_compat: str = ""
+    #: torch's and the extensions' fat binaries pruned to the targets (None: kept whole)
+    prune: PrunePlan | None = None
     #: ``[project]``: the project's dependencies and its own package (``torchkiln.resolve.project``)
     project: ProjectPlan | None = None
 
@@ -257,5 +276,6 @@ class BuildPlan:
             "sources": d["sources"],
             "decisions": d["decisions"],
             "warnings": list(self.warnings),
+            "prune": d["prune"],
             "project": d["project"],
         }

@@ -219,6 +219,8 @@ class GpuSpec(_Strict):
             "driver branch (data-center GPUs only); used at container start only when the host driver is older"
         ),
     )
+    #: with targets given: cut torch's and the extensions' fat binaries down to them (kiln prune, #28)
+    prune: bool = True
 
     @field_validator("min_driver")
     @classmethod

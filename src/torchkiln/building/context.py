@@ -196,6 +196,7 @@ def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
+              **{f".kiln/prune/{src.name}": src for src in _prune_sources(plan)},
               **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)},
               **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
     return ContextFiles(context_files(plan), copies)
@@ -228,6 +229,16 @@ def _verify_sources() -> list[Path]:
     return bundle_sources()
 
 
+def _prune_sources(plan: BuildPlan) -> list[Path]:
+    """The stdlib-only pruner and the fat-binary reader it imports, when the plan prunes (``kiln prune``)."""
+    if plan.prune is None:
+        return []
+    import torchkiln.inspect.fatbin as fatbin
+    import torchkiln.inspect.prune as prune
+
+    return [Path(prune.__file__), Path(fatbin.__file__)]
+
+
 def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions | None = None) -> ContextFiles:
     """``kiln.def`` and everything its ``%files`` names; the paths kiln.toml names must exist."""
     texts = apptainer_files(plan, options)  # validates the plan's values first
@@ -244,6 +255,7 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
                         hint="Rename or move it into a sub-folder.")
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
               **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
+              **{f".kiln/prune/{src.name}": src for src in _prune_sources(plan)},
               **{item: spec_dir / item for item in local if item is not None},
               **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
     return ContextFiles(texts, copies)

@@ -77,6 +77,7 @@ COMMAND_MODULES = (
     "inspect",
     "export",
     "verify",
+    "prune",
 )
 
 

@@ -37,10 +37,20 @@ def push_cmd(
                      show_default=False),
     ] = None,
     target: Annotated[Target, typer.Option("--target", help="With a spec: which image, runtime or dev.")] = "runtime",
+    compression: Annotated[
+        str,
+        typer.Option("--compression", help="Layer compression: gzip (every runtime reads it), zstd or zstd:chunked "
+                     "(smaller and faster to unpack; zstd:chunked also lets podman/CRI-O pull only the files they "
+                     "lack). zstd pushes through podman, which must be installed."),
+    ] = "gzip",
     engine_name: EngineOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Push an image (or a spec's built image) to its registry, with the engine's own login."""
+    from torchkiln.engines.podman import COMPRESSIONS
+
+    if compression not in COMPRESSIONS:
+        raise typer.BadParameter(f"{compression!r} is not one of {', '.join(COMPRESSIONS)}", param_hint="--compression")
     engine = require_store(get_engine(engine_name, make_runner()), "push an image by tag",
                            "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
     source = image
@@ -58,9 +68,10 @@ def push_cmd(
     ref = to or source
     if to:
         engine.tag(source, to)
-    digest = engine.push(ref)
+    digest = engine.push(ref, compression)
     if json:
-        print_json({"image": ref, "source": source, "digest": digest, "engine": engine.info.to_dict()})
+        print_json({"image": ref, "source": source, "digest": digest, "compression": compression,
+                    "engine": engine.info.to_dict()})
         return
     console.print(f"[bold green]pushed[/bold green] {escape(ref)}" + (f" ({digest})" if digest else ""),
                   highlight=False)

@@ -270,13 +270,18 @@ class OciEngine(Engine):
     def tag(self, source: str, ref: str) -> None:
         self.runner.run([self.info.binary, "tag", source, ref], what=f"{self.name} tag")
 
-    def push(self, image: str) -> str:
+    def push(self, image: str, compression: str = "gzip") -> str:
         """Push ``image`` with the engine's own login; returns the pushed manifest's digest ("" if unknown).
 
         The registry keeps blobs but no tag from a push that failed part-way, so the tag either
         names the whole image or (as before) nothing new. Credentials are never passed here: the
-        engine reads what ``docker login`` / ``podman login`` stored.
+        engine reads what ``docker login`` / ``podman login`` stored. ``compression`` other than gzip
+        (zstd, zstd:chunked) goes through podman (``engines.podman.push_compressed``).
         """
+        if compression != "gzip":
+            from torchkiln.engines.podman import push_compressed
+
+            return push_compressed(self, image, compression)
         r = self.runner.run(
             [self.info.binary, "push", image],
             what=f"{self.name} push {image}",

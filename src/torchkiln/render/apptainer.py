@@ -54,7 +54,7 @@ from torchkiln.contract import (
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
 from torchkiln.render import project as proj
-from torchkiln.render.instructions import drop_torch_tests, rendered_by
+from torchkiln.render.instructions import drop_torch_tests, prune_files, rendered_by, torch_folder
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
@@ -238,6 +238,8 @@ def labels(plan: BuildPlan) -> dict[str, str]:
     if plan.torch.cuda:
         pairs["io.torchkiln.nvidia-require-cuda"] = plan.nvidia_require_cuda or ""
     pairs["io.torchkiln.verify"] = VERIFY_SCRIPT
+    if plan.prune is not None:  # %post prunes torch only: extensions build in one step with the rest of the venv
+        pairs["io.torchkiln.pruned"] = "torch"
     return pairs
 
 
@@ -480,6 +482,7 @@ def post_torch(plan: BuildPlan) -> list[str]:
         _comment("pins them for every later install (nothing after this can replace torch)"),
         _install(f"{proj.torch_require_hashes(plan).lstrip()} -r {KILN}/requirements-torch.txt".lstrip()),
         drop_torch_tests(plan),
+        *(c.replace("/kiln/prune", f"{KILN}/prune") for c in prune_files(plan, torch_folder(plan))),
         "mkdir -p /etc/pip",
         f"{UV} pip freeze --python {VENV}/bin/python > {CONSTRAINTS}",
     ]

@@ -102,10 +102,12 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the",
         "# .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).",
         "# torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed",
+        *([f"# torch's fat binaries keep only the device code of {', '.join(plan.prune.targets)}"
+           " (kiln prune; [gpu] prune = false keeps them whole)"] if plan.prune else []),
         "FROM base AS torch",
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
-             *([ext.torch_wheel_mount()] if built else [])],
+             *([ext.torch_wheel_mount()] if built else []), *([ins.bind("prune")] if plan.prune else [])],
             [
                 ". /kiln/sources.sh",
                 f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
@@ -114,6 +116,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 f"{UV} pip install --python {py}{wheel}{require_hashes(plan) or proj.torch_require_hashes(plan)}"
                 " -r /kiln/requirements-torch.txt",
                 ins.drop_torch_tests(plan),
+                *ins.prune_files(plan, ins.torch_folder(plan)),
                 "mkdir -p /etc/pip",
                 f"{UV} pip freeze --python {py} > {CONSTRAINTS}",
                 f"rm -rf {TORCH_UV_CACHE}",

@@ -341,6 +341,8 @@ def stage_ext_layer(plan: BuildPlan) -> list[str]:
         reqs.append("/kiln/ext-wheels/*.whl")
     reqs += [shlex.quote(e.prebuilt) for e in prebuilt(plan) if e.prebuilt]
     parent = "packages" if plan.pip_packages else "torch"
+    if plan.prune is not None:
+        mounts.append(ins.bind("prune"))
     return [
         "# ext-layer: the extension wheels installed into the venv in a stage without compilers, constrained so",
         "# nothing installed before can change; only the files they add are collected, as one layer",
@@ -355,6 +357,7 @@ def stage_ext_layer(plan: BuildPlan) -> list[str]:
                 f"{UV} pip install --python {py} -c {CONSTRAINTS} -c /tmp/kiln-installed.txt " + " ".join(reqs),
                 f"mkdir -p {EXT_LAYER}",
                 ins.collect_added(EXT_LAYER),
+                *ins.prune_files(plan, EXT_LAYER),
             ],
         ),
     ]

@@ -80,6 +80,23 @@ def drop_torch_tests(plan: BuildPlan) -> str:
     return f"rm -rf {VENV}/lib/python{plan.python}/site-packages/torch/test"
 
 
+#: where the build context's copy of the stdlib-only pruner (prune.py + fatbin.py) is mounted
+PRUNE_DIR = "/kiln/prune"
+
+
+def prune_files(plan: BuildPlan, folder: str) -> list[str]:
+    """Cut the fat binaries under ``folder`` down to the plan's targets (``kiln prune``; nothing without a
+    prune plan). Runs in the step that installed the files, so no layer ever holds the whole ones; NVIDIA's
+    libraries are never modified (prune.py only reports them)."""
+    if plan.prune is None:
+        return []
+    return [f"{VENV}/bin/python -B {PRUNE_DIR}/prune.py {plan.prune.args} {folder}"]
+
+
+def torch_folder(plan: BuildPlan) -> str:
+    return f"{VENV}/lib/python{plan.python}/site-packages/torch"
+
+
 #: touched before an install whose files are then collected (``collect_added``)
 MARK = "/tmp/kiln-mark"
 

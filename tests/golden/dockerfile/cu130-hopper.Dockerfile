@@ -16,6 +16,7 @@ ENV LANG=C.UTF-8 \
 # says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
+# torch's fat binaries keep only the device code of 9.0, 10.0 (kiln prune; [gpu] prune = false keeps them whole)
 FROM base AS torch
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
@@ -23,11 +24,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    --mount=type=bind,source=.kiln/prune,target=/kiln/prune \
     . /kiln/sources.sh \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.11 /opt/venv \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
     && rm -rf /opt/venv/lib/python3.11/site-packages/torch/test \
+    && /opt/venv/bin/python -B /kiln/prune/prune.py --targets 9.0,10.0 --ptx /opt/venv/lib/python3.11/site-packages/torch \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
@@ -99,7 +102,9 @@ LABEL org.opencontainers.image.title="acme/llm-serve" \
       io.torchkiln.arch-list="9.0;10.0+PTX" \
       io.torchkiln.wheel-arch-list="7.5;8.0;8.6;9.0;10.0;12.0" \
       io.torchkiln.targets="H100=9.0,H200=9.0,B200=10.0" \
-      io.torchkiln.min-driver="580.65.06"
+      io.torchkiln.min-driver="580.65.06" \
+      io.torchkiln.pruned="torch" \
+      io.torchkiln.pruned-to="9.0,10.0+ptx"
 WORKDIR /workspace
 COPY --chown=kiln:kiln apps/serve.py /workspace/apps/serve.py
 USER 1000:1000
@@ -128,7 +133,9 @@ LABEL org.opencontainers.image.title="acme/llm-serve" \
       io.torchkiln.arch-list="9.0;10.0+PTX" \
       io.torchkiln.wheel-arch-list="7.5;8.0;8.6;9.0;10.0;12.0" \
       io.torchkiln.targets="H100=9.0,H200=9.0,B200=10.0" \
-      io.torchkiln.min-driver="580.65.06"
+      io.torchkiln.min-driver="580.65.06" \
+      io.torchkiln.pruned="torch" \
+      io.torchkiln.pruned-to="9.0,10.0+ptx"
 WORKDIR /workspace
 COPY --chown=kiln:kiln apps/serve.py /workspace/apps/serve.py
 USER 1000:1000

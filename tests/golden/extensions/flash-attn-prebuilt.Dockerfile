@@ -16,6 +16,7 @@ ENV LANG=C.UTF-8 \
 # says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
+# torch's fat binaries keep only the device code of 8.0, 9.0 (kiln prune; [gpu] prune = false keeps them whole)
 FROM base AS torch
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
@@ -23,11 +24,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
+    --mount=type=bind,source=.kiln/prune,target=/kiln/prune \
     . /kiln/sources.sh \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.11 /opt/venv \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -r /kiln/requirements-torch.txt \
     && rm -rf /opt/venv/lib/python3.11/site-packages/torch/test \
+    && /opt/venv/bin/python -B /kiln/prune/prune.py --targets 8.0,9.0 --ptx /opt/venv/lib/python3.11/site-packages/torch \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
@@ -43,12 +46,14 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=bind,source=.kiln/prune,target=/kiln/prune \
     . /kiln/sources.sh \
     && touch /tmp/kiln-mark \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /tmp/kiln-installed.txt \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /tmp/kiln-installed.txt 'flash-attn @ https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp311-cp311-linux_x86_64.whl' \
     && mkdir -p /opt/kiln-ext-layer \
-    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf -
+    && find /opt/venv -cnewer /tmp/kiln-mark ! -type d -printf '%P\n' | tar -C /opt/venv --no-recursion -T - -cf - | tar -C /opt/kiln-ext-layer -xf - \
+    && /opt/venv/bin/python -B /kiln/prune/prune.py --targets 8.0,9.0 --ptx /opt/kiln-ext-layer
 
 # dev: the same Python environment plus compilers, ninja, ccache, git, uv and sudo (the user
 # installs apt and pip packages with it), for building and interactive work
@@ -82,7 +87,9 @@ LABEL org.opencontainers.image.title="acme/fa-prebuilt" \
       io.torchkiln.arch-list="8.0;9.0+PTX" \
       io.torchkiln.wheel-arch-list="7.0;7.5;8.0;8.6;9.0;10.0;12.0" \
       io.torchkiln.targets="A100=8.0,H100=9.0" \
-      io.torchkiln.min-driver="525.60.13"
+      io.torchkiln.min-driver="525.60.13" \
+      io.torchkiln.pruned="torch,extension-libraries" \
+      io.torchkiln.pruned-to="8.0,9.0+ptx"
 WORKDIR /workspace
 USER 1000:1000
 CMD ["bash"]
@@ -111,7 +118,9 @@ LABEL org.opencontainers.image.title="acme/fa-prebuilt" \
       io.torchkiln.arch-list="8.0;9.0+PTX" \
       io.torchkiln.wheel-arch-list="7.0;7.5;8.0;8.6;9.0;10.0;12.0" \
       io.torchkiln.targets="A100=8.0,H100=9.0" \
-      io.torchkiln.min-driver="525.60.13"
+      io.torchkiln.min-driver="525.60.13" \
+      io.torchkiln.pruned="torch,extension-libraries" \
+      io.torchkiln.pruned-to="8.0,9.0+ptx"
 WORKDIR /workspace
 USER 1000:1000
 CMD ["python"]

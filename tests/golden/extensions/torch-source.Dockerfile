@@ -83,6 +83,7 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
 # says 'all', not every file is compiled (~5,000: 15 s, 100 MB); one import at build time writes the
 # .pyc files of the modules it loads (torch, its companions and the modules [python] precompile lists).
 # torch/test (the wheel's C++ test binaries, ~86 MB, loaded by no Python code) is removed
+# torch's fat binaries keep only the device code of 7.0, 10.0 (kiln prune; [gpu] prune = false keeps them whole)
 FROM base AS torch
 RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
@@ -91,11 +92,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     --mount=type=bind,from=torch-build,source=/opt/kiln-torch,target=/kiln/torch-wheel \
+    --mount=type=bind,source=.kiln/prune,target=/kiln/prune \
     . /kiln/sources.sh \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && /kiln/bin/uv venv --python python3.12 /opt/venv \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python /kiln/torch-wheel/torch-*.whl -r /kiln/requirements-torch.txt \
     && rm -rf /opt/venv/lib/python3.12/site-packages/torch/test \
+    && /opt/venv/bin/python -B /kiln/prune/prune.py --targets 7.0,10.0 --ptx /opt/venv/lib/python3.12/site-packages/torch \
     && mkdir -p /etc/pip \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
@@ -168,7 +171,9 @@ LABEL org.opencontainers.image.title="acme/torch-src" \
       io.torchkiln.arch-list="7.0;10.0+PTX" \
       io.torchkiln.wheel-arch-list="7.0;10.0+PTX" \
       io.torchkiln.targets="V100=7.0,B200=10.0" \
-      io.torchkiln.min-driver="570.26"
+      io.torchkiln.min-driver="570.26" \
+      io.torchkiln.pruned="torch" \
+      io.torchkiln.pruned-to="7.0,10.0+ptx"
 WORKDIR /workspace
 USER 1000:1000
 CMD ["bash"]
@@ -196,7 +201,9 @@ LABEL org.opencontainers.image.title="acme/torch-src" \
       io.torchkiln.arch-list="7.0;10.0+PTX" \
       io.torchkiln.wheel-arch-list="7.0;10.0+PTX" \
       io.torchkiln.targets="V100=7.0,B200=10.0" \
-      io.torchkiln.min-driver="570.26"
+      io.torchkiln.min-driver="570.26" \
+      io.torchkiln.pruned="torch" \
+      io.torchkiln.pruned-to="7.0,10.0+ptx"
 WORKDIR /workspace
 USER 1000:1000
 CMD ["python"]
