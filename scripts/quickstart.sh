@@ -97,16 +97,20 @@ else
   "${KILN[@]}" base bootstrap
 fi
 
-step "5/5 build and run the CPU example"
-sources=()
+step "5/5 this machine's settings, then build and run the CPU example"
+# what is about this machine (the offline base, where packages come from) goes into the settings file
+# (`kiln config`), so every command printed from here on works as it is, with no extra flags
+"${KILN[@]}" config set base kiln-base:bookworm
 # (no `cmd | grep -q` here: with pipefail, grep's early exit makes the pipeline fail)
 kiln_vars=$(env | grep -E '^KILN_(INDEX_URL|EXTRA_INDEX_URL|FIND_LINKS|TORCH_INDEX)=' || true)
 pip_config=$(.venv/bin/python -m pip config list 2>/dev/null || true)
 if [ -z "$kiln_vars" ] && grep -qE 'index-url|find-links' <<<"$pip_config"; then
-  echo "package sources: this machine's pip configuration (--sources-from-pip)"
-  sources+=(--sources-from-pip)
+  echo "package sources: this machine's pip configuration"
+  "${KILN[@]}" config set sources_from_pip true
 fi
-"${KILN[@]}" build examples/cpu.toml --base kiln-base:bookworm "${sources[@]}"
+"${KILN[@]}" config
+"${KILN[@]}" build examples/cpu.toml
 "${KILN[@]}" run examples/cpu.toml --no-interactive
 "${KILN[@]}" run examples/cpu.toml --no-interactive -- python -c "import torch; print('import torch OK:', torch.__version__)"
-printf '\nDone. Next: edit examples/apps/cpu_app.py and run the build again (only the app layer is rebuilt).\n'
+printf '\nDone. Next: edit examples/apps/cpu_app.py and run `kiln build examples/cpu.toml` again (only the app layer is rebuilt);\n'
+printf 'pin every input with `kiln lock examples/cpu.toml`, then `kiln build examples/cpu.toml --locked`.\n'

@@ -42,6 +42,20 @@ EXAMPLES = ROOT / "examples"
 SOURCE_VARS = ("KILN_INDEX_URL", "KILN_EXTRA_INDEX_URL", "KILN_FIND_LINKS", "KILN_TORCH_INDEX")
 
 
+# -- settings ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_user_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test reads the developer's own settings (~/.config/torchkiln/config.toml, ``KILN_BASE`` ...):
+    ``KILN_CONFIG`` names a file that does not exist until a test writes it."""
+    path = tmp_path_factory.mktemp("settings") / "config.toml"
+    monkeypatch.setenv("KILN_CONFIG", str(path))
+    for var in ("KILN_BASE", "KILN_SOURCES_FROM_PIP", "KILN_BUILDERS", "KILN_REGISTRY"):
+        monkeypatch.delenv(var, raising=False)
+    return path
+
+
 # -- engines ----------------------------------------------------------------------------------------
 
 

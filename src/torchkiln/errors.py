@@ -17,7 +17,7 @@ class ExitCode(IntEnum):
     OK = 0
     CHECK_FAILED = 1  # the command ran, but what it checked failed (lint findings, verify failures)
     USAGE = 2  # bad command-line arguments (click's own code)
-    SPEC = 3  # kiln.toml cannot be read or does not validate
+    SPEC = 3  # kiln.toml (or the settings file, a KILN_* variable) cannot be read or does not validate
     RESOLVE = 4  # the spec is valid but asks for an impossible combination
     ENGINE_MISSING = 5  # no usable container engine (or the one asked for is not installed)
     BUILD = 6  # the engine ran and failed (a RUN step, an export, a push)
@@ -59,7 +59,8 @@ class KilnError(Exception):
 
 
 class SpecError(KilnError):
-    """kiln.toml is missing, is not TOML, or does not validate."""
+    """kiln.toml is missing, is not TOML, or does not validate (or the settings file, a ``KILN_*`` setting:
+    ``torchkiln.settings`` raises this type for them, exit code 3)."""
 
     exit_code = ExitCode.SPEC
     default_hint = "Fix the spec as the message says; `kiln init` writes a commented example of every table."

@@ -77,6 +77,10 @@ def load_plan(path: Path, *, facts: FactsReader | None = None,
     if spec.torch.source == "image":
         read = (facts or image_facts)(spec.base.image)
     plan = resolve(spec, load_knowledge(), read, project=read_project_of(spec, p.parent))
+    if plan.steps:  # [[steps]] are the user's text: reviewed with torchkiln's lint rules (lint/steps.py)
+        from torchkiln.lint.steps import check_steps
+
+        plan = check_steps(plan, str(p))
     notes = spec_notes(path)
     if notes:
         plan = replace(plan, warnings=(*notes, *plan.warnings))

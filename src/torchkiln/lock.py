@@ -257,11 +257,15 @@ def check_lock(lock: Lock, inputs: LockInputs, path: Path) -> None:
         )
     reasons = stale_reasons(lock, inputs)
     if reasons:
-        raise LockError(
-            f"{path} is stale: since it was written, " + "; ".join(reasons) + ".",
-            hint=f"Update it with `kiln lock {path.with_suffix('.toml')}` (the other pins are kept; --upgrade "
-                 "takes newer versions) and commit it, or build without --locked.",
-        )
+        spec = path.with_suffix(".toml")
+        hint = (f"Update it with `kiln lock {spec}` (the other pins are kept; --upgrade "
+                "takes newer versions) and commit it, or build without --locked.")
+        if lock.inputs.base != inputs.base and len(reasons) == 1:
+            # only the base differs: most often the lock was written with --base and the build runs without it
+            hint = (f"Build on the lock's base: `kiln build {spec} --locked --base {lock.inputs.base}`, or make it "
+                    f"this machine's base once (`kiln config set base {lock.inputs.base}`) so that every command "
+                    f"takes it; or lock the new base: `kiln lock {spec} --base {inputs.base}`.")
+        raise LockError(f"{path} is stale: since it was written, " + "; ".join(reasons) + ".", hint=hint)
 
 
 def wheels_from_pylock(text: str, group: str, platform: str) -> list[LockedWheel]:

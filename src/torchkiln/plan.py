@@ -107,12 +107,41 @@ class ExtensionPlan:
 
 
 @dataclass(frozen=True)
+class HealthcheckPlan:
+    command: tuple[str, ...]
+    interval: str
+    timeout: str
+    start_period: str
+    retries: int
+
+
+@dataclass(frozen=True)
 class AppPlan:
     copy: tuple[str, ...]
     workdir: str
     command: tuple[str, ...]
     user: str
     env: tuple[tuple[str, str], ...]
+    entrypoint: tuple[str, ...] = ()
+    expose: tuple[int, ...] = ()
+    healthcheck: HealthcheckPlan | None = None
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A ``[[steps]]`` entry: the user's own commands at a named point, rendered verbatim."""
+
+    index: int  # 1-based, in spec order
+    after: Literal["system", "torch", "packages", "app"]
+    name: str
+    commands: tuple[str, ...]
+    cache: tuple[str, ...]
+    secrets: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def title(self) -> str:
+        return f"step {self.index} (after {self.after})" + (f": {self.name}" if self.name else "")
 
 
 @dataclass(frozen=True)
@@ -228,6 +257,11 @@ class BuildPlan:
     cuda_compat: str = ""
     #: torch's and the extensions' fat binaries pruned to the targets (None: kept whole)
     prune: PrunePlan | None = None
+    #: ``[[steps]]``: the user's own commands, in spec order (rendered at their points, linted by ``load_plan``)
+    steps: tuple[StepPlan, ...] = ()
+
+    def steps_after(self, point: str) -> tuple[StepPlan, ...]:
+        return tuple(s for s in self.steps if s.after == point)
     #: ``[project]``: the project's dependencies and its own package (``torchkiln.resolve.project``)
     project: ProjectPlan | None = None
 
@@ -277,5 +311,6 @@ class BuildPlan:
             "decisions": d["decisions"],
             "warnings": list(self.warnings),
             "prune": d["prune"],
+            "steps": [asdict(s) for s in self.steps],
             "project": d["project"],
         }

@@ -32,6 +32,8 @@ _CUDA = re.compile(r"^(auto|cpu|\d{2}\.\d)$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+-]{0,127}$")
+_DURATION = re.compile(r"(\d+(ms|s|m|h))+")
+_MOUNT_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 _GIT_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^git@[^\s:]+:\S+$")
 
 
@@ -321,14 +323,42 @@ class ExtensionSpec(_Strict):
         return self
 
 
+class HealthcheckSpec(_Strict):
+    """``[app.healthcheck]``: a command the engine runs in the container to tell healthy from not."""
+
+    command: list[str] = Field(min_length=1, description="exec form, e.g. [\"curl\", \"-f\", \"http://localhost:8000/\"]")
+    interval: str = "30s"
+    timeout: str = "30s"
+    start_period: str = "0s"
+    retries: int = Field(default=3, ge=1, le=100)
+
+    @field_validator("interval", "timeout", "start_period")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not _DURATION.fullmatch(v):
+            raise ValueError("must be a duration such as '30s', '5m' or '1m30s'")
+        return v
+
+
 class AppSpec(_Strict):
     copy_: list[str] = Field(default_factory=list, alias="copy")
     workdir: str = "/workspace"
     command: list[str] = Field(default_factory=list)
+    entrypoint: list[str] = Field(default_factory=list, description="runs with command as its arguments")
     user: str = "kiln"
     env: dict[str, str] = Field(default_factory=dict)
+    expose: list[int] = Field(default_factory=list, description="ports the app listens on (EXPOSE)")
+    healthcheck: HealthcheckSpec | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("expose")
+    @classmethod
+    def _expose(cls, v: list[int]) -> list[int]:
+        for port in v:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"{port} is not a port (1-65535)")
+        return sorted(set(v))
 
     @field_validator("copy_")
     @classmethod
@@ -351,6 +381,88 @@ class AppSpec(_Strict):
         if not _USER.match(v):
             raise ValueError("must be a Linux user name such as 'kiln' ('root' to run as root)")
         return v
+
+
+#: where a ``[[steps]]`` entry runs: after the system (apt) packages, torch, the pip packages, or the app
+STEP_POINTS = ("system", "torch", "packages", "app")
+
+
+class StepSpec(_Strict):
+    """``[[steps]]``: a command of the user's own at a named point of the build (rendered verbatim, linted)."""
+
+    after: Literal["system", "torch", "packages", "app"] = Field(
+        description="'system': after [packages] apt; 'torch': after torch; 'packages': after [packages] pip; "
+                    "'app': after the app files are copied (as root; the runtime user is restored after it)")
+    run: str | list[str] = Field(description="shell commands: a string (one command per line) or a list")
+    name: str = ""
+    cache: list[str] = Field(default_factory=list, description="folders kept as build cache mounts, never in a layer")
+    secrets: list[str] = Field(default_factory=list,
+                               description="build secrets: each an environment variable read at build time, "
+                                           "mounted at /run/secrets/NAME for this step only")
+    env: dict[str, str] = Field(default_factory=dict, description="variables of this step only")
+
+    @field_validator("run")
+    @classmethod
+    def _run(cls, v: str | list[str]) -> str | list[str]:
+        if not step_commands(v):
+            raise ValueError("names no command: give the shell command(s) to run")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if "\n" in v or "\r" in v:
+            raise ValueError("must be one line")
+        return v
+
+    @field_validator("cache")
+    @classmethod
+    def _cache(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/") or not _MOUNT_PATH.fullmatch(p):
+                raise ValueError(f"{p!r} must be an absolute folder such as '/root/.cache/huggingface' "
+                                 "(letters, digits, '._-/' only)")
+        return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name (the secret's value is read "
+                                 "from that variable when the image is built)")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, value in v.items():
+            if not _ENV_NAME.match(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+            if "\n" in value or "\r" in value:
+                raise ValueError(f"the value of {k} holds a line break")
+        return v
+
+
+def step_commands(run: str | list[str]) -> list[str]:
+    """The commands of a step's ``run``: a list as it is; a string split into lines, a line ending in a
+    backslash joined with the next (as in a Dockerfile), blank lines and ``#`` comment lines dropped."""
+    if isinstance(run, list):
+        return [c.strip() for c in run if c.strip()]
+    out: list[str] = []
+    pending = ""
+    for raw in run.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1].rstrip() + " "
+            continue
+        out.append((pending + line).strip())
+        pending = ""
+    if pending.strip():
+        out.append(pending.strip())
+    return [c for c in out if c]
 
 
 class ProjectSpec(_Strict):
@@ -525,6 +637,7 @@ class Spec(_Strict):
     app: AppSpec = Field(default_factory=AppSpec)
     base: BaseSpec = Field(default_factory=BaseSpec)
     sources: SourcesSpec = Field(default_factory=SourcesSpec)
+    steps: list[StepSpec] = Field(default_factory=list, description="commands of the user's own (docs/steps.md)")
     matrix: MatrixSpec | None = Field(default=None, description="many images from one spec (docs/matrix.md)")
     project: ProjectSpec | None = Field(default=None, description="a Python project as input (docs/project.md)")
 
@@ -554,6 +667,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "base": BaseSpec,
     "sources": SourcesSpec,
     "matrix": MatrixSpec,
+    "steps": StepSpec,
     "project": ProjectSpec,
 }
 

@@ -13,10 +13,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchkiln.building import sources as build_sources
+from torchkiln.building.dockerignore import IGNORE_FILE, DockerIgnore
 from torchkiln.building.emulation import MACHINE, arch_of, host_platform
 from torchkiln.building.options import ApptainerOptions
 from torchkiln.cache import kiln_cache_dir
@@ -109,7 +110,7 @@ def _host_index(location: str | None) -> str | None:
     return folder.resolve().as_uri() if folder is not None else location
 
 
-def place(src: Path, dest: Path) -> None:
+def place(src: Path, dest: Path, rel: str = "", ignore: DockerIgnore | None = None) -> None:
     """Copy a file or folder of the user's (or uv) into a context: never a hard link.
 
     A rendered context is the user's to read and edit (``kiln render -o DIR``, ``--context DIR``);
@@ -119,7 +120,20 @@ def place(src: Path, dest: Path) -> None:
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+        always = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
+
+        def skip(folder: str, names: list[str]) -> set[str]:
+            left = set(always(folder, names))
+            if ignore:  # the project's .dockerignore, matched on the path inside the context
+                inner = Path(folder).relative_to(src).as_posix()
+                base = rel if inner == "." else f"{rel}/{inner}"
+                reinclude = any(p.exclusion for p in ignore.patterns)
+                for name in names:
+                    if ignore.excluded(f"{base}/{name}") and not (reinclude and (Path(folder) / name).is_dir()):
+                        left.add(name)
+            return left
+
+        shutil.copytree(src, dest, symlinks=True, ignore=skip)
         return
     shutil.copy2(src, dest)
 
@@ -154,6 +168,8 @@ class ContextFiles:
 
     texts: Mapping[str, str]  # relative path -> text (the renderers' output)
     copies: Mapping[str, Path]  # relative path -> the file or folder copied there (uv, app files, sources)
+    #: the project's .dockerignore: what copying the user's folders leaves out (never torchkiln's .kiln/)
+    ignore: DockerIgnore = field(default_factory=DockerIgnore)
 
     def to_dict(self) -> dict[str, str]:
         """Every entry of the context, by relative path: ``rendered`` or the path it is copied from."""
@@ -169,7 +185,8 @@ class ContextFiles:
                 p.write_text(text, encoding="utf-8")
             for rel, src in self.copies.items():
                 if not (tmp / rel).exists():  # an [app] copy entry inside another one is copied with it
-                    place(src, tmp / rel)
+                    ours = rel.split("/", 1)[0] == ".kiln"
+                    place(src, tmp / rel, rel, None if ours else self.ignore)
         return sorted(p for p in out_dir.rglob("*") if p.is_file())
 
 
@@ -195,11 +212,28 @@ def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
     if clash:
         raise SpecError(f"[app] copy entry {clash[0]!r} clashes with a file torchkiln generates.",
                         hint="Rename or move it into a sub-folder.")
+    ignore = project_ignore(spec_dir, (*plan.app.copy, *ext_paths))
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
               **{f".kiln/prune/{src.name}": src for src in _prune_sources(plan)},
               **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)},
               **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
-    return ContextFiles(context_files(plan), copies)
+    return ContextFiles(context_files(plan), copies, ignore)
+
+
+def project_ignore(spec_dir: Path, copied: Sequence[str]) -> DockerIgnore:
+    """The spec folder's ``.dockerignore`` (none: nothing left out); a path the spec copies by name must
+    not be one it excludes (the COPY would find nothing)."""
+    path = spec_dir / IGNORE_FILE
+    if not path.is_file():
+        return DockerIgnore()
+    ignore = DockerIgnore.parse(path.read_text(encoding="utf-8", errors="replace"))
+    named = [c for c in copied if ignore.excluded(Path(c).as_posix())]
+    if named:
+        raise SpecError(
+            f"[app] copy names {named[0]!r}, which {path} excludes.",
+            hint=f"Remove it from [app] copy, or take it back in {IGNORE_FILE} with a line `!{named[0]}`.",
+        )
+    return ignore
 
 
 def bake_context(cells: Sequence[ResolvedCell], spec_dir: Path) -> ContextFiles:
@@ -243,6 +277,7 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
     """``kiln.def`` and everything its ``%files`` names; the paths kiln.toml names must exist."""
     texts = apptainer_files(plan, options)  # validates the plan's values first
     local = [*plan.app.copy, *(e.path for e in plan.extensions if e.path)]
+    ignore = project_ignore(spec_dir, [c for c in local if c is not None])
     missing = [c for c in local if not (spec_dir / c).exists()]
     if missing:
         raise SpecError(
@@ -258,7 +293,7 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
               **{f".kiln/prune/{src.name}": src for src in _prune_sources(plan)},
               **{item: spec_dir / item for item in local if item is not None},
               **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
-    return ContextFiles(texts, copies)
+    return ContextFiles(texts, copies, ignore)
 
 
 def write_apptainer_context(

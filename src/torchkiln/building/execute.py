@@ -144,8 +144,9 @@ def ensure_base(engine: Engine, base: str, python: str, python_source: str,
                 f"the base image {base} ({platform}) is not in {engine.info.name}'s local store and cannot be pulled.",
                 hint=(
                     f"Without a registry, make a base offline: `kiln base bootstrap{flag}` (Debian bookworm + "
-                    f"Python 3.11, tagged {made}), then build with `--base kiln-base:bookworm` or set "
-                    "`image = \"kiln-base:bookworm\"` in the `base` table of kiln.toml (an arm64 plan takes its "
+                    f"Python 3.11, tagged {made}), then make it this machine's base once with `kiln config set base "
+                    "kiln-base:bookworm` (or build with `--base kiln-base:bookworm`, or set "
+                    "`image = \"kiln-base:bookworm\"` in the `base` table of kiln.toml; an arm64 plan takes its "
                     f"-arm64 sibling). Or load an image you have (`{engine.info.name} load -i FILE`) and tag it {base}."
                 ),
             )
@@ -244,9 +245,13 @@ def execute(
             require_emulation(inv.platform, f"Building {inv.image}")
     inv.write_context(engine.runner)
     output = inv.output_file
+    step_secrets = {k: v for k, v in inv.secrets.items() if v.name.startswith("step-")}
+    values = step_secret_values(step_secrets, os.environ)
     with (src.private_folder(inv.scratch),
           src.prepare(inv.sources, inv.context, secrets_dir=inv.scratch / "secrets") as prepared):
-        assert prepared.secrets == inv.secrets and prepared.network == inv.network, "sources differ from the plan"
+        assert {**prepared.secrets, **step_secrets} == inv.secrets and prepared.network == inv.network, \
+            "sources differ from the plan"
+        write_step_secrets(step_secrets, values)
         if output is not None:
             with src.private_folder(output.parent):
                 outcome = engine.run_build(inv.command, secrets=prepared.secrets, progress=progress)
@@ -307,6 +312,28 @@ def execute(
         sbom=record_sbom(engine, inv, outcome.image_id) if isinstance(inv, ImageBuild) and inv.sbom else None,
         labels=inv.labels,
     )
+
+
+def step_secret_values(paths: Mapping[str, Path], env: Mapping[str, str]) -> dict[str, str]:
+    """The values of the ``[[steps]]`` secrets, from the variables of their names (checked before the build)."""
+    missing = sorted(name for name in paths if name not in env)
+    if missing:
+        raise InputError(
+            f"the spec's [[steps]] mount the build secret{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+            f"and no environment variable of that name is set.",
+            hint=f"Set it for the build (`export {missing[0]}=...`, or `read -s {missing[0]}; export {missing[0]}`); "
+                 "its value is passed as a BuildKit secret and reaches no layer.",
+        )
+    return {name: env[name] for name in paths}
+
+
+def write_step_secrets(paths: Mapping[str, Path], values: Mapping[str, str]) -> None:
+    """Write each ``[[steps]]`` secret into the build's private scratch folder (mode 600), for the build only."""
+    for name, path in paths.items():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(values[name])
 
 
 def installed_distributions(engine: Engine, image: str) -> list[dict[str, Any]] | None:

@@ -74,6 +74,8 @@ class BuildOptions:
     locked: bool = False
     from_pip: bool = False  # import the host's pip configuration as the lowest source layer
     flags: src.SourceLayer = field(default_factory=lambda: src.SourceLayer("flag"))
+    #: the user's settings file's [sources] (``torchkiln.settings``): below the spec, above pip's
+    user_sources: src.SourceLayer | None = None
     #: the image's platform ("linux/arm64"): ``kiln build --platform`` resolves the spec for it; matrix
     #: builds set it for cells a builder makes under emulation. It must be the plan's.
     platform: str | None = None
@@ -147,6 +149,7 @@ class _Build:
             "scratch": str(self.scratch),
             "base_image": self.base_image,
             "sources": self.sources.to_dict(),
+            "warnings": list(kind["warnings"]),
         }
 
 
@@ -172,6 +175,8 @@ class ImageBuild(_Build):
     labels: Mapping[str, str] = field(default_factory=dict)
     #: write the image's SBOM after the build
     sbom: bool = True
+    #: the plan's warnings (its [[steps]] findings among them), shown before the build
+    warnings: tuple[str, ...] = ()
 
     @property
     def output_file(self) -> None:
@@ -180,7 +185,7 @@ class ImageBuild(_Build):
     def to_dict(self) -> dict[str, Any]:
         return self._dict(target=self.target, tags=self.tags, push=self.push, cache_from=self.cache_from,
                           cache_to=self.cache_to, cache_push=self.cache_push, lock=self.lock, base_id=self.base_id,
-                          labels=self.labels, sbom=self.sbom)
+                          labels=self.labels, sbom=self.sbom, warnings=self.warnings)
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,8 @@ class SifBuild(_Build):
 
     #: where the definition's base comes from (file bootstraps are checked before the build)
     apptainer: ApptainerOptions = field(default_factory=ApptainerOptions)
+    #: the plan's warnings (its [[steps]] findings among them), shown before the build
+    warnings: tuple[str, ...] = ()
     target: ClassVar[str] = "runtime"
     tags: ClassVar[tuple[str, ...]] = ()
     push: ClassVar[bool] = False
@@ -207,7 +214,7 @@ class SifBuild(_Build):
 
     def to_dict(self) -> dict[str, Any]:
         return self._dict(target=self.target, tags=(), push=False, cache_from=(), cache_to=None, cache_push=None,
-                          lock=None, base_id=None, labels={}, sbom=False)
+                          lock=None, base_id=None, labels={}, sbom=False, warnings=self.warnings)
 
 
 #: one build, decided: ``--dry-run`` prints it, ``execute`` runs exactly it; which kind follows from the
@@ -287,6 +294,11 @@ def absolute_sources(options: ApptainerOptions, cwd: Path) -> ApptainerOptions:
                                builder_source=absolute(options.builder_source))
 
 
+def step_secret_paths(plan: BuildPlan, secrets_dir: Path) -> dict[str, Path]:
+    """The build secrets ``[[steps]]`` mount, by id: each written from the variable of its name by ``execute``."""
+    return {name: secrets_dir / f"step-{name}" for step in plan.steps for name in step.secrets}
+
+
 def partial_path(dest: Path) -> Path:
     """Where a build writes the ``.sif`` that becomes ``dest``: a private folder beside it (same disk)."""
     return dest.parent / f".{dest.name}.partial" / dest.name
@@ -317,8 +329,9 @@ def plan_build(
     plan = dataclasses.replace(plan, base_image=base_for_platform(options.base or plan.base_image, plan.platform))
     context = (options.context_dir or default_context_dir(plan, spec_dir.resolve())).resolve()
     scratch = scratch_dir(context)
-    common = _Common(spec_dir.resolve(), context, scratch, src.secret_paths(sources, scratch / "secrets"),
-                     src.build_network(sources), sources)
+    # [[steps]] secrets: read from the environment variable of that name when the build runs (``execute``)
+    secrets = {**src.secret_paths(sources, scratch / "secrets"), **step_secret_paths(plan, scratch / "secrets")}
+    common = _Common(spec_dir.resolve(), context, scratch, secrets, src.build_network(sources), sources)
     return _PLANNERS[engine.info.output](plan, options, engine, common, cwd, dict(labels or {}))
 
 
@@ -364,7 +377,7 @@ def _plan_sif(plan: BuildPlan, options: BuildOptions, engine: CommandSpeller, c:
         command=command, secrets=c.secrets, network=c.network, no_cache=options.no_cache, scratch=c.scratch,
         base_image=base if app.bootstrap == REGISTRY_BOOTSTRAP else f"{app.bootstrap}:{base}",
         python=plan.python, python_source=plan.python_source, sources=c.sources, apptainer=app,
-        platform=plan.platform,
+        platform=plan.platform, warnings=plan.warnings,
     )
 
 
@@ -389,7 +402,7 @@ def _plan_image(plan: BuildPlan, options: BuildOptions, engine: CommandSpeller, 
         cache_from=cache_from, cache_to=cache_to, cache_push=cache_to if info.inline_cache else None,
         base_id=plan.locked.base_id if plan.locked is not None and "@sha256:" not in plan.base_image else None,
         lock=plan.locked.lock if plan.locked is not None else None,
-        labels=labels, sbom=True,
+        labels=labels, sbom=True, warnings=plan.warnings,
     )
 
 
@@ -423,16 +436,16 @@ def plan_invocation(
     cwd: Path | None = None,
 ) -> BuildInvocation:
     """The one planning step of every build, a single spec's or a matrix cell's: the package sources
-    (flags > environment > spec > pip's configuration), the provenance labels (``base``: the base's name
-    and digest when known, as a lock knows them; else looked up with ``digest_of``, by default in
-    ``engine``'s store; ``version``: the image's version label, by default the plan's tag, a matrix
-    cell's own tag), then ``plan_build``."""
+    (flags > environment > spec > the user's settings > pip's configuration), the provenance labels
+    (``base``: the base's name and digest when known, as a lock knows them; else looked up with
+    ``digest_of``, by default in ``engine``'s store; ``version``: the image's version label, by
+    default the plan's tag, a matrix cell's own tag), then ``plan_build``."""
     run = runner or engine.runner
     if base is None:
         name = options.base or plan.base_image
         base = (name, (digest_of or (lambda b: engine_base_digest(engine, b)))(name))
     sources = src.resolve_sources(flags=options.flags, env=env, plan_sources=plan.sources, spec_dir=spec_dir,
-                                  from_pip=options.from_pip, runner=run)
+                                  from_pip=options.from_pip, runner=run, user=options.user_sources)
     labels = provenance.labels(version or plan.tag, *base)
     return plan_build(plan, spec_dir, options, engine, sources, cwd=cwd or Path.cwd(), labels=labels)
 

@@ -8,8 +8,9 @@ it; lists are not concatenated across layers):
 2. environment variables ``KILN_INDEX_URL``, ``KILN_EXTRA_INDEX_URL`` (space-separated),
    ``KILN_FIND_LINKS`` (space-separated), ``KILN_TORCH_INDEX``, ``KILN_CA_BUNDLE``, ``KILN_NETWORK``;
 3. the spec's ``[sources]`` table (relative folders are relative to the spec);
-4. with ``--sources-from-pip``: the host's pip configuration (``pip config list``: index-url,
-   extra-index-url, find-links, cert).
+4. the user's settings file's ``[sources]`` (``torchkiln.settings``, ``kiln config``);
+5. with ``--sources-from-pip`` (or ``sources_from_pip = true`` in the settings): the host's pip
+   configuration (``pip config list``: index-url, extra-index-url, find-links, cert).
 
 How they reach a build without ever reaching a layer, a build argument or the history:
 
@@ -319,12 +320,15 @@ def resolve_sources(
     from_pip: bool = False,
     runner: Runner | None = None,
     cwd: Path | None = None,
+    user: SourceLayer | None = None,
 ) -> Sources:
-    """Flags > environment > spec > (optionally) the host's pip configuration."""
+    """Flags > environment > spec > the user's settings > (optionally) the host's pip configuration."""
     cwd = cwd or Path.cwd()
     layers = [flags or SourceLayer("flag"), layer_from_env(os.environ if env is None else env, cwd)]
     if plan_sources is not None:
         layers.append(layer_from_plan(plan_sources, spec_dir or cwd))
+    if user is not None:
+        layers.append(user)
     if from_pip:
         layers.append(layer_from_pip(runner or Runner()))
     merged = merge(*layers)

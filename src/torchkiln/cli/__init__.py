@@ -78,6 +78,7 @@ COMMAND_MODULES = (
     "export",
     "verify",
     "prune",
+    "config",
 )
 
 

@@ -11,6 +11,7 @@ from torchkiln.building.bootstrap import DEFAULT_PACKAGES, DEFAULT_SUITE, BaseRe
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, human_size, print_json
 from torchkiln.cli.build import StepDisplay, live_output, make_runner
+from torchkiln.cli.config import engine_setting
 from torchkiln.engines import get_engine
 
 Platform = Literal["linux/amd64", "linux/arm64"]
@@ -67,7 +68,8 @@ def bootstrap_cmd(
     packages = tuple(dict.fromkeys([*DEFAULT_PACKAGES, *(package or [])]))
     request = BaseRequest(suite=suite, mirror=mirror, packages=packages, tag=tag, platform=platform)
     runner = make_runner()
-    engine = base_store(get_engine(engine_name, runner))  # apptainer has no store: refused before any work
+    # apptainer has no store: refused before any work
+    engine = base_store(get_engine(engine_setting(engine_name), runner))
     if not json:
         err_console.print(
             f"bootstrapping {escape(request.image)} ({suite}, {platform}, {', '.join(packages)}) into {engine.name}",

@@ -39,6 +39,7 @@ from torchkiln.cli._common import (
     state,
 )
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt
+from torchkiln.cli.config import command_settings
 from torchkiln.engines import BuildEvent, StepRecord, get_engine, output_of
 from torchkiln.errors import ExitCode, InputError, KilnError
 from torchkiln.estimate import BuildEstimate, estimate_builds
@@ -47,6 +48,7 @@ from torchkiln.load import load_plan
 from torchkiln.plan import BuildPlan
 from torchkiln.render.apptainer import REGISTRY_BOOTSTRAP, Bootstrap
 from torchkiln.runner import Runner
+from torchkiln.settings import user_source_layer
 
 Target = Literal["runtime", "dev"]
 Platform = Literal["linux/amd64", "linux/arm64"]
@@ -217,7 +219,8 @@ def build_cmd(
     engine_name: EngineOpt = None,
     base: Annotated[
         str | None,
-        typer.Option("--base", help="Build on this base image instead of the plan's (e.g. kiln-base:bookworm)."),
+        typer.Option("--base", help="Build on this base image instead of the plan's (e.g. kiln-base:bookworm; "
+                                    "default: KILN_BASE, else \\[base] image, else the base setting, `kiln config`)."),
     ] = None,
     tag: Annotated[
         str | None,
@@ -282,8 +285,11 @@ def build_cmd(
         str | None, typer.Option("--index-strategy", help="uv index strategy (pip's behaviour: unsafe-best-match).")
     ] = None,
     sources_from_pip: Annotated[
-        bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
-    ] = False,
+        bool | None, typer.Option("--sources-from-pip",
+                                  help="Use this machine's pip configuration as the lowest layer (default: the "
+                                       "sources_from_pip setting, `kiln config`; KILN_SOURCES_FROM_PIP=0 turns "
+                                       "it off).", show_default=False)
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Write the context and print the build that would run (the engine "
                                              "command, secrets, tags; every field with --json); build nothing.")
@@ -317,12 +323,19 @@ def build_cmd(
     --engine apptainer, build a .sif with `apptainer build` (--fakeroot when not root).
 
     Package sources come from flags, then KILN_* environment variables, then the spec's \\[sources],
-    then (with --sources-from-pip) pip's configuration; they reach the build as secrets only.
+    then the settings file (`kiln config`), then (with --sources-from-pip) pip's configuration; they
+    reach the build as secrets only. --base, --engine, --sources-from-pip and --builders default to
+    the settings too (flags > KILN_* > the spec > the settings file).
 
     With --matrix --builders …: every cell of the spec's \\[matrix] on a pool of Docker builders, tagged
     NAME:[TAG-]torchVERSION-VARIANT-pyX.Y[…] (docs/matrix.md); a re-run rebuilds only failed cells.
     """
     runner = make_runner()
+    settings = command_settings(spec, base=base, engine=engine_name, sources_from_pip=sources_from_pip,
+                                builders=builders or [])
+    base, engine_name = settings.base_override, settings.engine
+    if matrix and not builders:
+        builders = settings.builders or None
     if not matrix:
         for option, value in (("--builders", builders), ("--emulate", emulate or None), ("--force", force or None),
                               ("--skip-impossible", skip_impossible or None), ("--jobs", None if jobs == 1 else jobs)):
@@ -357,8 +370,8 @@ def build_cmd(
     # one set of options for a build and for every cell of a matrix (which sets each cell's tag and context)
     options = BuildOptions(
         target=target, base=base, tag=tag, context_dir=context, no_cache=no_cache, push=push,
-        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=sources_from_pip, flags=flags,
-        platform=platform,
+        cache_from=tuple(cache_from or ()), cache_to=cache_to, locked=locked, from_pip=settings.sources_from_pip,
+        flags=flags, user_sources=user_source_layer(settings), platform=platform,
         apptainer=ApptainerOptions(bootstrap or REGISTRY_BOOTSTRAP, from_, builder_from),
     )
     if matrix:
@@ -371,6 +384,9 @@ def build_cmd(
         return
     start = time.monotonic()
     invocation = plan_spec(spec, engine, options, runner=runner)
+    if not json:
+        for w in invocation.warnings:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
     if dry_run:
         _dry_run(invocation, json)
         return

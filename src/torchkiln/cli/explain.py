@@ -13,6 +13,7 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, refuse_impossible
+from torchkiln.cli.config import with_base_setting
 from torchkiln.estimate import BuildEstimate, estimate_builds
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
@@ -89,6 +90,7 @@ def explain_cmd(
         _explain_matrix(spec, n_cores, mem_gib, skip_impossible, json)
         return
     _s, plan, _ = load_plan(spec)
+    plan = with_base_setting(plan, spec)
     if json:
         print_json(_explain_json(plan, n_cores, mem_gib))
         return

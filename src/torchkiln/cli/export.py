@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, human_size, print_json, state
+from torchkiln.cli.config import engine_setting
 from torchkiln.engines import get_engine, require_store
 from torchkiln.images.export import ExportFormat, export_image
 from torchkiln.runner import Runner
@@ -46,7 +47,7 @@ def export_cmd(
     /.singularity.d layout, squashfs via mksquashfs), so no apptainer is needed on this machine.
     """
     runner = _runner()
-    eng = require_store(get_engine(engine, runner), "save an image as a docker-archive",
+    eng = require_store(get_engine(engine_setting(engine), runner), "save an image as a docker-archive",
                         "A .sif is already a file: copy it. To get archives, build with docker or podman and use "
                         "`kiln export IMAGE --format docker-archive|oci-archive`.")
     say = None if json else (lambda msg: err_console.print(f"[dim]{escape(msg)}[/dim]", highlight=False))

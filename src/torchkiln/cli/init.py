@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -47,7 +48,14 @@ apt = []                       # Debian/Ubuntu packages for the runtime image, e
 copy = []                      # paths next to this file copied into workdir, last (cache-friendly)
 workdir = "/workspace"
 command = ["python"]
+# entrypoint = ["python", "serve.py"]   # with an entrypoint, command is its arguments
+# expose = [8000]
+# healthcheck = {{ command = ["curl", "-f", "http://localhost:8000/"], interval = "30s" }}
 user = "kiln"                  # the runtime user; non-root by default ("root" to opt out)
+
+# [[steps]]                    # a command of your own: after "system", "torch", "packages" or "app"
+# after = "packages"           # (rendered as written, linted when the spec is resolved: docs/steps.md)
+# run = "uv pip install ./mylib"
 
 [base]
 image = ""                     # override the base image, e.g. a local one for air-gapped builds
@@ -81,10 +89,21 @@ def init_cmd(
         typer.Argument(help="Where to write the spec: a .toml file, or a folder (created if missing) that gets "
                        "kiln.toml.", show_default=False),
     ] = Path("kiln.toml"),
-    name: Annotated[str, typer.Option("--name", help="Image name to put in the spec.")] = "acme/trainer",
+    name: Annotated[str | None, typer.Option("--name", help="Image name to put in the spec (default: acme/trainer; "
+                                                       "with --from, the project's name).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    from_: Annotated[
+        Path | None,
+        typer.Option("--from", help="An existing repository: read its pyproject.toml / requirements.txt / "
+                                    "Dockerfile into a starter spec written in that folder (PATH defaults to "
+                                    "FOLDER/kiln.toml); what cannot be mapped is listed.", show_default=False),
+    ] = None,
 ) -> None:
-    """Write a commented starter kiln.toml."""
+    """Write a commented starter kiln.toml, or (--from FOLDER) one read from an existing repository."""
+    if from_ is not None:
+        _init_from(from_, path, name, force)
+        return
+    name = name or "acme/trainer"
     target = init_target(path)
     if target.exists() and not force:
         raise KilnError(f"{target} already exists.", hint="Use --force to overwrite it, or give another path.")
@@ -98,3 +117,36 @@ def init_cmd(
         raise OutputError(f"cannot write {target} ({e.strerror}).",
                           hint="Check the path and its permissions.") from None
     console.print(f"wrote {target}; check it with: kiln resolve {target}")
+
+
+def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
+    from torchkiln.starter import image_name, render_starter, starter_from
+
+    target = folder / "kiln.toml" if path == Path("kiln.toml") else init_target(path)
+    if target.resolve().parent != folder.resolve():
+        raise KilnError(f"{target} is not in {folder}: the spec's [app] copy paths are relative to the folder that "
+                        "holds it.", hint=f"Leave PATH out (it writes {folder / 'kiln.toml'}), or give a .toml file "
+                        "in that folder.")
+    if target.exists() and not force:
+        raise KilnError(f"{target} already exists.", hint="Use --force to overwrite it, or give another path.")
+    st = starter_from(folder)
+    if name:
+        st.name = image_name(name) if "/" not in name else name
+    text = render_starter(st, folder)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {target} ({e.strerror}).",
+                          hint="Check the path and its permissions.") from None
+    console.print(f"wrote {target} from {', '.join(st.sources)} in {folder}", highlight=False, markup=False)
+    for f in st.fixed:
+        console.print(f"  changed so that it resolves: {f}", highlight=False, markup=False)
+    if st.unmapped:
+        console.print(f"  not mapped onto a table ({len(st.unmapped)}; each RUN among them is a [[steps]] entry):",
+                      highlight=False, markup=False)
+        for u in st.unmapped:
+            console.print(f"    - {u}", highlight=False, markup=False)
+    console.print(f"check it with: kiln resolve {target}", highlight=False, markup=False)

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, human_size, print_json, state
+from torchkiln.cli.config import engine_setting
 from torchkiln.errors import ExitCode, InputError
 from torchkiln.inspect.analyze import inspect_image_name, inspect_path, looks_like_path
 from torchkiln.inspect.coverage import Target, arch_sort_key, default_targets, parse_targets
@@ -381,7 +382,8 @@ def inspect_cmd(
             from torchkiln.runner import Runner
 
             echo = (lambda cmd: err_console.print(f"[dim]$ {escape(cmd)}[/dim]")) if state.debug else None
-            engine = require_store(get_engine(engine_name, Runner(echo=echo)), "save an image to inspect",
+            engine = require_store(get_engine(engine_setting(engine_name), Runner(echo=echo)),
+                                   "save an image to inspect",
                                    "Give the path of the .sif file: kiln inspect IMAGE.sif")
             report = inspect_image_name(
                 target, tg, engine, all_sections=all_sections, progress=progress, read=read  # type: ignore[arg-type]

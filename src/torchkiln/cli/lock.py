@@ -13,8 +13,10 @@ from torchkiln.building.sources import layer_from_flags, resolve_sources
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import EngineOpt, make_runner
+from torchkiln.cli.config import command_settings
 from torchkiln.engines import get_engine
 from torchkiln.load import load_plan
+from torchkiln.settings import user_source_layer
 
 
 @app.command("lock")
@@ -25,7 +27,8 @@ def lock_cmd(
                                              "digest); without it the lock's versions are kept where still allowed.")
     ] = False,
     base: Annotated[
-        str | None, typer.Option("--base", help="Lock this base image instead of the plan's (as kiln build --base).")
+        str | None, typer.Option("--base", help="Lock this base image instead of the plan's (as kiln build --base; "
+                                    "default: the base setting, `kiln config`).")
     ] = None,
     engine_name: EngineOpt = None,
     index_url: Annotated[
@@ -41,8 +44,11 @@ def lock_cmd(
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
     sources_from_pip: Annotated[
-        bool, typer.Option("--sources-from-pip", help="Use this machine's pip configuration as the lowest layer.")
-    ] = False,
+        bool | None, typer.Option("--sources-from-pip",
+                                  help="Use this machine's pip configuration as the lowest layer (default: the "
+                                       "sources_from_pip setting, `kiln config`; KILN_SOURCES_FROM_PIP=0 turns "
+                                       "it off).", show_default=False)
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Pin every input of the spec's build in kiln.lock beside it: the base image's digest and every
@@ -50,13 +56,15 @@ def lock_cmd(
     inputs, for the spec's platform, resolved by uv. `kiln build --locked` then installs exactly that.
     """
     runner = make_runner()
+    settings = command_settings(spec, base=base, engine=engine_name, sources_from_pip=sources_from_pip)
+    base, engine_name = settings.base_override, settings.engine
     flags = layer_from_flags(index_url=index_url, extra_index_urls=extra_index_url or (), find_links=find_links or (),
                              torch_index=torch_index, ca_bundle=ca_bundle, network=None,
                              index_strategy=index_strategy, cwd=Path.cwd())
     engine = get_engine(engine_name, runner)
     _s, plan, spec_dir = load_plan(spec)
     sources = resolve_sources(flags=flags, plan_sources=plan.sources, spec_dir=spec_dir.resolve(),
-                              from_pip=sources_from_pip, runner=runner)
+                              from_pip=settings.sources_from_pip, runner=runner, user=user_source_layer(settings))
     if not json:
         err_console.print(f"locking {escape(str(spec))} for {plan.platform} (uv pip compile)", highlight=False)
     result = lock_spec(spec, engine, base=base, sources=sources, runner=runner, upgrade=upgrade)

@@ -18,13 +18,26 @@ from rich.markup import escape
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, print_json
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
+from torchkiln.cli.config import engine_setting
 from torchkiln.engines import get_engine, require_store
 from torchkiln.errors import InputError
+from torchkiln.settings import effective
 
 
 def _is_spec(value: str) -> bool:
     p = Path(value)
     return p.suffix == ".toml" and p.is_file() or (p.is_dir() and (p / "kiln.toml").is_file())
+
+
+def registry_ref(source: str, registry: str | None) -> str | None:
+    """``acme/trainer:1`` under the ``registry`` setting (``localhost:5000`` → ``localhost:5000/acme/trainer:1``);
+    None when no registry is set or the image already names one."""
+    if not registry:
+        return None
+    first = source.split("/", 1)[0]
+    if "/" in source and ("." in first or ":" in first or first == "localhost"):
+        return None
+    return f"{registry.rstrip('/')}/{source}"
 
 
 @app.command("push")
@@ -33,7 +46,8 @@ def push_cmd(
                                               "builds.", show_default=False)],
     to: Annotated[
         str | None,
-        typer.Option("--to", help="Tag the image with this reference first and push that (HOST:PORT/NAME:TAG).",
+        typer.Option("--to", help="Tag the image with this reference first and push that (HOST:PORT/NAME:TAG; "
+                                  "default: the image under the registry setting, `kiln config`, when set).",
                      show_default=False),
     ] = None,
     target: Annotated[Target, typer.Option("--target", help="With a spec: which image, runtime or dev.")] = "runtime",
@@ -51,7 +65,7 @@ def push_cmd(
 
     if compression not in COMPRESSIONS:
         raise typer.BadParameter(f"{compression!r} is not one of {', '.join(COMPRESSIONS)}", param_hint="--compression")
-    engine = require_store(get_engine(engine_name, make_runner()), "push an image by tag",
+    engine = require_store(get_engine(engine_setting(engine_name), make_runner()), "push an image by tag",
                            "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
     source = image
     if _is_spec(image):
@@ -65,6 +79,8 @@ def push_cmd(
             raise missing_image(source, engine.name, Path(image), target)
         raise InputError(f"the image {source} does not exist in {engine.name}.",
                          hint="Build it first (kiln build SPEC), or check the name with `docker images`.")
+    if to is None:
+        to = registry_ref(source, effective().registry)
     ref = to or source
     if to:
         engine.tag(source, to)

@@ -15,6 +15,7 @@ from torchkiln.building.options import ApptainerOptions
 from torchkiln.cli import app
 from torchkiln.cli._common import BuilderFromOpt, FromOpt, JsonOpt, console, print_json
 from torchkiln.cli._matrix import SkipImpossibleOpt, refuse_impossible
+from torchkiln.cli.config import with_base_setting
 from torchkiln.contract import sif_name
 from torchkiln.errors import KilnError, OutputError
 from torchkiln.load import load_matrix, load_plan
@@ -73,6 +74,7 @@ def render_cmd(
         _render_bake(spec, out, stdout, skip_impossible, json)
         return
     _spec, plan, spec_dir = load_plan(spec)
+    plan = with_base_setting(plan, spec)
     if fmt == "apptainer":
         _render_apptainer(plan, spec_dir, out, stdout, ApptainerOptions(bootstrap, from_, builder_from), json)
         return

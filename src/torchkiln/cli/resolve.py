@@ -12,6 +12,7 @@ from rich.text import Text
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, duration, host_resources, print_json
 from torchkiln.cli._matrix import MatrixOpt, SkipImpossibleOpt, cells_table, matrix_json, refuse_impossible
+from torchkiln.cli.config import with_base_setting
 from torchkiln.estimate import estimate_builds
 from torchkiln.knowledge import load_knowledge
 from torchkiln.load import load_matrix, load_plan
@@ -96,6 +97,7 @@ def resolve_cmd(
     results = []
     for path in specs:
         _spec, plan, _ = load_plan(path)
+        plan = with_base_setting(plan, path)
         results.append((path, plan))
     if json:
         data = [dict(spec=str(p), **plan.to_dict()) for p, plan in results]

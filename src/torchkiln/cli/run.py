@@ -14,6 +14,7 @@ import typer
 from torchkiln.building.invocation import image_for
 from torchkiln.cli import app
 from torchkiln.cli.build import EngineOpt, Target, make_runner, missing_image
+from torchkiln.cli.config import engine_setting
 from torchkiln.engines import Mount, RunRequest, get_engine
 from torchkiln.errors import InputError
 from torchkiln.load import load_plan
@@ -65,18 +66,29 @@ def run_cmd(
         bool, typer.Option("--interactive/--no-interactive", "-i", help="Keep stdin open (and a TTY on a terminal).")
     ] = True,
 ) -> None:
-    """Run a command in the spec's built image; exits with the command's exit code.
+    """Run a command in the spec's built image; exits with the command's exit code. A command given
+    replaces the image's command and its \\[app] entrypoint; none runs the image as it starts.
 
     Example: kiln run examples/cpu.toml -- python -c "import torch; print(torch.__version__)"
     """
     _spec, plan, spec_dir = load_plan(spec)
-    engine = get_engine(engine_name, make_runner())
+    engine = get_engine(engine_setting(engine_name), make_runner())
     ref = image_for(engine.info.output, plan, spec_dir.resolve(), target, tag)
     if not engine.image_exists(ref):
         raise missing_image(ref, engine.name, spec, target, tag)
+    # a command replaces the spec's [app] entrypoint too (the help's promise: it runs the command given);
+    # forward compatibility's own entrypoint stays in front of it
+    entrypoint = None
+    if command and plan.app.entrypoint and target == "runtime":
+        entrypoint = ""
+        if plan.cuda_compat and plan.torch.cuda is not None:
+            from torchkiln.resolve.compat import ENTRYPOINT
+
+            entrypoint = ENTRYPOINT
     result = engine.run_request(RunRequest(
         ref,
         tuple(command or []),
+        entrypoint=entrypoint,
         gpus=gpus,
         mounts=tuple(_parse_mount(v) for v in volume or []),
         env=_parse_env(env or []),

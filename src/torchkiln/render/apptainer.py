@@ -33,6 +33,7 @@ an unquoted ``;`` would end the ``export`` and run ``9.0+PTX`` as a command).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -55,6 +56,7 @@ from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
 from torchkiln.render import project as proj
 from torchkiln.render.instructions import drop_torch_tests, prune_files, rendered_by, torch_folder
+from torchkiln.render.steps import apptainer_steps
 
 Bootstrap = Literal["docker", "docker-daemon", "docker-archive", "oci-archive", "localimage"]
 BOOTSTRAPS: tuple[Bootstrap, ...] = ("docker", "docker-daemon", "docker-archive", "oci-archive", "localimage")
@@ -315,7 +317,9 @@ def builder_stage(plan: BuildPlan, options: BaseSource | None) -> list[list[str]
         *post_venv(plan),
         "",
         *post_torch(plan),
+        *([""] + apptainer_steps(plan, "torch") if plan.steps_after("torch") else []),
         *([""] + post_packages(plan) if plan.pip_packages else []),
+        *([""] + apptainer_steps(plan, "packages") if plan.steps_after("packages") else []),
         *([""] + proj.apptainer_post(plan) if plan.project else []),
         "",
         *post_extensions(plan, purge=False),
@@ -587,6 +591,7 @@ def post_app(plan: BuildPlan) -> list[str]:
     lines += [
         f"mkdir -p {VERIFY_DIR}",
         f"cp {KILN}/verify/* {VERIFY_DIR}/",
+        *apptainer_steps(plan, "app"),
         _comment("labels given at build time (kiln build) join the definition's"),
         f'if [ -f {KILN}/build.labels ] && [ -n "${{APPTAINER_LABELS:-}}" ]; then',
         f'{INDENT}cat {KILN}/build.labels >> "$APPTAINER_LABELS"',
@@ -598,25 +603,32 @@ def post_app(plan: BuildPlan) -> list[str]:
 
 
 def section_post(plan: BuildPlan) -> list[str]:
+    steps = functools.partial(apptainer_steps, plan)
     if two_stage(plan):  # the venv comes from the builder stage: OS packages and the app only
-        stages = [post_os(plan, compilers=False), post_app(plan)]
+        stages = [post_os(plan, compilers=False), steps("system"), post_app(plan)]
     elif plan.torch.image is not None:  # the base image's own torch: no venv, no torch stage
         stages = [
             post_os(plan),
+            steps("system"),
+            steps("torch"),
             post_sources(),
             post_image_torch(plan, after=False),
             post_packages(plan),
             post_extensions(plan),
             post_image_torch(plan, after=True),
+            steps("packages"),
             post_app(plan),
         ]
     else:
         stages = [
             post_os(plan),
+            steps("system"),
             post_sources(),
             post_venv(plan),
             post_torch(plan),
+            steps("torch"),
             post_packages(plan),
+            steps("packages"),
             proj.apptainer_post(plan),
             post_extensions(plan),
             post_app(plan),
@@ -629,9 +641,20 @@ def section_post(plan: BuildPlan) -> list[str]:
 
 
 def section_runscript(plan: BuildPlan) -> list[str]:
-    cmd = shlex.join(plan.app.command) if plan.app.command else "python"
-    for word in plan.app.command:
+    for word in (*plan.app.command, *plan.app.entrypoint):
         _one_line(word, "[app] command")
+    if plan.app.entrypoint:  # as docker runs it: arguments replace the command, never the entrypoint
+        entry = shlex.join(plan.app.entrypoint)
+        cmd = f"{entry} {shlex.join(plan.app.command)}".rstrip()
+        return _section("runscript", [
+            _comment(f"the spec's entrypoint in {plan.app.workdir}, with its command or the arguments given"),
+            f"cd {_q(plan.app.workdir, '[app] workdir')}",
+            'if [ "$#" -eq 0 ]; then',
+            f"{INDENT}exec {cmd}",
+            "fi",
+            f'exec {entry} "$@"',
+        ])
+    cmd = shlex.join(plan.app.command) if plan.app.command else "python"
     return _section("runscript", [
         _comment(f"no arguments: the spec's command in {plan.app.workdir}; arguments: run them in the current folder"),
         'if [ "$#" -eq 0 ]; then',

@@ -27,6 +27,7 @@ from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
 from torchkiln.render import instructions as ins
 from torchkiln.render import project as proj
+from torchkiln.render import steps as render_steps
 
 LAYER = "/opt/kiln-layer"
 UID = 1000
@@ -63,7 +64,7 @@ def stage_base(plan: BuildPlan) -> list[str]:
                       f"{UV} python install {plan.python_install}",
                       f"chmod -R a+rX {PYTHON_INSTALL_DIR}",
                       f"python{plan.python_install} -c 'import sys; assert not sys._is_gil_enabled()'"])]
-    return lines
+    return lines + render_steps.dockerfile_steps(plan, "system")
 
 
 def warm_import(plan: BuildPlan) -> str:
@@ -123,6 +124,8 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 warm_import(plan),
             ],
         ),
+        *render_steps.dockerfile_steps(plan, "torch"),
+        *(render_steps.dockerfile_steps(plan, "packages") if render_steps.packages_point(plan) == "torch" else []),
     ]
 
 
@@ -161,6 +164,7 @@ def stage_packages(plan: BuildPlan) -> list[str]:
         "FROM torch AS packages",
         ins.SHELL,
         *steps,
+        *render_steps.dockerfile_steps(plan, "packages"),
     ]
 
 
@@ -235,7 +239,8 @@ def _dev_user(plan: BuildPlan) -> list[str]:
 
 
 def stage_dev(plan: BuildPlan) -> list[str]:
-    cmd = json.dumps(list(plan.app.command) or ["bash"])
+    # no entrypoint in dev (a shell for interactive work): the runtime's entrypoint and command as its command
+    cmd = json.dumps([*plan.app.entrypoint, *plan.app.command] or ["bash"])
     if ext.has_toolchain(plan):
         start = ["# dev: the toolchain stage (torch's own nvcc for CUDA, g++, Ninja, ccache) plus the packages, git,",
                  "# uv and sudo (the user installs apt and pip packages with it), for building and interactive work",
@@ -254,13 +259,14 @@ def stage_dev(plan: BuildPlan) -> list[str]:
         *ins.labels(image_labels(plan)),
         *_app(plan),
         *proj.project_files(plan),
+        *render_steps.dockerfile_steps(plan, "app"),
+        *ins.run_config(plan, dev=True),
         f"USER {_user_ref(plan)}",
         f"CMD {cmd}",
     ]
 
 
 def stage_runtime(plan: BuildPlan) -> list[str]:
-    cmd = json.dumps(list(plan.app.command) or ["python"])
     return [
         "# runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a",
         "# second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default",
@@ -273,9 +279,20 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
         *ins.labels(image_labels(plan)),
         *_app(plan),
         *proj.project_files(plan),
+        *render_steps.dockerfile_steps(plan, "app"),
+        *ins.run_config(plan),
         f"USER {_user_ref(plan)}",
-        f"CMD {cmd}",
+        *ins.start(plan, "python", prefix=_compat_entrypoint(plan)),
     ]
+
+
+def _compat_entrypoint(plan: BuildPlan) -> tuple[str, ...]:
+    """The forward-compatibility entrypoint (``_cuda_compat``) that an [app] entrypoint runs behind, or ()."""
+    if not plan.cuda_compat or plan.torch.cuda is None:
+        return ()
+    from torchkiln.resolve.compat import ENTRYPOINT
+
+    return (ENTRYPOINT,)
 
 
 def _cuda_compat(plan: BuildPlan) -> list[str]:

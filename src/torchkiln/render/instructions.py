@@ -138,6 +138,30 @@ def apt_install(packages: tuple[str, ...] | list[str]) -> list[str]:
     )
 
 
+def run_config(plan: BuildPlan, *, dev: bool = False) -> list[str]:
+    """``[app]`` expose (EXPOSE) and, for the runtime, healthcheck (HEALTHCHECK); shared by the Dockerfile
+    renderers. The dev image, a shell for interactive work, gets no health check."""
+    lines = [f"EXPOSE {' '.join(str(p) for p in plan.app.expose)}"] if plan.app.expose else []
+    hc = plan.app.healthcheck
+    if hc is not None and not dev:
+        # BuildKit refuses a start period of 0: none is the same
+        start = f" --start-period={hc.start_period}" if hc.start_period.strip("0ms") else ""
+        lines.append(f"HEALTHCHECK --interval={hc.interval} --timeout={hc.timeout}{start} --retries={hc.retries} "
+                     f"CMD {json.dumps(list(hc.command))}")
+    return lines
+
+
+def start(plan: BuildPlan, default: str, prefix: tuple[str, ...] = ()) -> list[str]:
+    """The runtime's ENTRYPOINT (exec form, when the spec sets one) and CMD: with an entrypoint the spec's
+    command is its arguments (none: ``CMD []``), without one the command, else ``default``. ``prefix``: an
+    entrypoint of torchkiln's own set earlier (forward compatibility's, which ends in ``exec "$@"``) that
+    the spec's entrypoint runs behind."""
+    if plan.app.entrypoint:
+        entry = [*prefix, *plan.app.entrypoint]
+        return [f"ENTRYPOINT {json.dumps(entry)}", f"CMD {json.dumps(list(plan.app.command))}"]
+    return [f"CMD {json.dumps(list(plan.app.command) or [default])}"]
+
+
 def dockerfile_header(plan: BuildPlan) -> list[str]:
     """The opening comment of every rendered Dockerfile."""
     return [

@@ -21,13 +21,13 @@ The builder stages reuse ``render/extensions.py``'s helper script (``.kiln/ext/b
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from torchkiln.contract import UV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
 from torchkiln.render import instructions as ins
+from torchkiln.render import steps as render_steps
 
 UID = 1000
 #: the pin of the image's torch, bound into the install steps (never stored in the image)
@@ -53,7 +53,8 @@ def stage_base(plan: BuildPlan) -> list[str]:
     ]
     if plan.apt_packages:
         lines += ins.apt_install(plan.apt_packages)
-    return lines
+    # torch is the image's own: "after torch" is here too
+    return lines + render_steps.dockerfile_steps(plan, "system") + render_steps.dockerfile_steps(plan, "torch")
 
 
 def _constraints(plan: BuildPlan) -> str:
@@ -145,6 +146,7 @@ def stage_packages(plan: BuildPlan) -> list[str]:
         "FROM base AS packages",
         ins.SHELL,
         *ins.run(mounts, cmds),
+        *render_steps.dockerfile_steps(plan, "packages"),
     ]
 
 
@@ -182,6 +184,8 @@ def stage_dev(plan: BuildPlan) -> list[str]:
         *_env(plan),
         *ins.labels(image_labels(plan)),
         f"WORKDIR {plan.app.workdir}",
+        *render_steps.dockerfile_steps(plan, "app"),
+        *ins.run_config(plan, dev=True),
         f"USER {_user_ref(plan)}",
         'CMD ["bash"]',
     ]
@@ -190,7 +194,6 @@ def stage_dev(plan: BuildPlan) -> list[str]:
 def stage_runtime(plan: BuildPlan) -> list[str]:
     image = plan.torch.image
     assert image is not None
-    cmd = json.dumps(list(plan.app.command) or ["python3"])
     what = ("the base is a development image (nvcc, headers, compilers), kept as it is: no slim stage is made "
             "from it" if image.devel else "the base image as it is")
     return [
@@ -200,8 +203,10 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
         *_env(plan),
         *ins.labels(image_labels(plan)),
         *_app(plan),
+        *render_steps.dockerfile_steps(plan, "app"),
+        *ins.run_config(plan),
         f"USER {_user_ref(plan)}",
-        f"CMD {cmd}",
+        *ins.start(plan, "python3"),
     ]
 
 

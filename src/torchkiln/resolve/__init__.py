@@ -33,7 +33,6 @@ from torchkiln.knowledge import (
     python_key,
 )
 from torchkiln.plan import (
-    AppPlan,
     BuildPlan,
     Decision,
     ExtensionPlan,
@@ -57,7 +56,9 @@ from torchkiln.resolve.ext import (
     _patched,
     _Target,
     _targets,
+    app_plan,
     driver_key,
+    step_plans,
 )
 from torchkiln.spec import Spec
 
@@ -1005,13 +1006,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         pip_packages=tuple(spec.packages.pip),
         apt_packages=tuple(dict.fromkeys(apt)),
         extensions=tuple(ext_plans),
-        app=AppPlan(
-            copy=tuple(spec.app.copy_),
-            workdir=spec.app.workdir,
-            command=tuple(spec.app.command),
-            user=spec.app.user,
-            env=tuple(sorted(spec.app.env.items())),
-        ),
+        app=app_plan(spec),
+        steps=step_plans(spec),
         sources=SourcesPlan(
             index_url=spec.sources.index_url,
             extra_index_urls=tuple(spec.sources.extra_index_urls),

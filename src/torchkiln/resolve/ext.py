@@ -20,8 +20,8 @@ from packaging.version import Version
 from torchkiln.arch import Capability, coverage, parse_arch_list
 from torchkiln.errors import ResolveError
 from torchkiln.knowledge import OCI_PLATFORM, PLATFORMS, Extension, Knowledge, ReleasePlatform, TorchRelease, cuda_key
-from torchkiln.plan import Decision, ExtensionPlan, TorchPlan
-from torchkiln.spec import ExtensionSpec, Spec
+from torchkiln.plan import AppPlan, Decision, ExtensionPlan, HealthcheckPlan, StepPlan, TorchPlan
+from torchkiln.spec import ExtensionSpec, Spec, step_commands
 
 _DEVEL_IMAGE = re.compile(r"(?:^|/)nvidia/cuda:(\d+\.\d+)(?:\.\d+)*-(?:[a-z0-9]+-)*devel\b")
 _NGC_IMAGE = re.compile(r"(?:^|/)nvidia/pytorch:(\d\d\.\d\d)-py3")
@@ -308,3 +308,24 @@ def _patched(spec: Spec, patch: Patch) -> Spec | None:
         return Spec.model_validate(data)
     except ValueError:
         return None
+
+
+def app_plan(spec: Spec) -> AppPlan:
+    """``[app]`` as the plan holds it (the same for every resolver)."""
+    a = spec.app
+    hc = a.healthcheck
+    return AppPlan(
+        copy=tuple(a.copy_), workdir=a.workdir, command=tuple(a.command), user=a.user,
+        env=tuple(sorted(a.env.items())), entrypoint=tuple(a.entrypoint), expose=tuple(a.expose),
+        healthcheck=None if hc is None else HealthcheckPlan(tuple(hc.command), hc.interval, hc.timeout,
+                                                            hc.start_period, hc.retries),
+    )
+
+
+def step_plans(spec: Spec) -> tuple[StepPlan, ...]:
+    """``[[steps]]`` in spec order, each with its commands split out (``spec.step_commands``)."""
+    return tuple(
+        StepPlan(index=i, after=s.after, name=s.name, commands=tuple(step_commands(s.run)), cache=tuple(s.cache),
+                 secrets=tuple(s.secrets), env=tuple(sorted(s.env.items())))
+        for i, s in enumerate(spec.steps, 1)
+    )

@@ -21,7 +21,6 @@ from torchkiln.arch import Capability, coverage, format_arch_list
 from torchkiln.errors import KilnError, ResolveError
 from torchkiln.knowledge import OCI_PLATFORM, PLATFORMS, Knowledge, NgcRelease
 from torchkiln.plan import (
-    AppPlan,
     BuildPlan,
     Decision,
     ExtensionPlan,
@@ -40,7 +39,9 @@ from torchkiln.resolve.ext import (
     _host,
     _patched,
     _targets,
+    app_plan,
     driver_key,
+    step_plans,
 )
 from torchkiln.spec import Spec
 
@@ -316,8 +317,8 @@ def resolve_image(spec: Spec, kb: Knowledge, facts: ImageFacts | None, *, own: R
         pip_packages=tuple(spec.packages.pip),
         apt_packages=tuple(dict.fromkeys(spec.packages.apt)),
         extensions=tuple(ext_plans),
-        app=AppPlan(copy=tuple(spec.app.copy_), workdir=spec.app.workdir, command=tuple(spec.app.command),
-                    user=spec.app.user, env=tuple(sorted(spec.app.env.items()))),
+        app=app_plan(spec),
+        steps=step_plans(spec),
         sources=SourcesPlan(index_url=spec.sources.index_url, extra_index_urls=tuple(spec.sources.extra_index_urls),
                             find_links=tuple(spec.sources.find_links), torch_index=spec.sources.torch_index,
                             network=spec.sources.network),
