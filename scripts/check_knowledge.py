@@ -10,7 +10,9 @@
     python scripts/check_knowledge.py --installed                 # this Python's own torch
 
 Needs the network for ``--pypi`` and is therefore not part of the test suite; run it by hand when a
-release appears or a row changes, and commit its output under ``scripts/results/``.
+release appears or a row changes, and commit its output under ``scripts/results/``. (The scheduled
+``pytest -m network tests/network`` checks the newest series and what PyPI has that the rows lack.)
+The reading and measuring are ``torchkiln.knowledge.learn``'s, shared with ``kiln knowledge update``.
 
 ``--pypi`` asks the package index (``--index-url``, default: pip's ``global.index-url`` or PyPI)
 for torch's file list through the JSON simple API (PEP 691). That list alone gives the CPython
@@ -18,6 +20,7 @@ versions each release ships for each platform. For the newest patch of each seri
 platform it then measures one wheel **without downloading it**: HTTP range requests read the zip's
 central directory, ``torch/version.py`` and ``torch/lib/libtorch_cuda.so`` only (streamed and
 decompressed into one temporary file, deleted at once; about 0.2-0.5 GB is transferred per wheel).
+Of a wheel re-uploaded with a build tag (``torch-2.10.0-3-...``) the highest build is measured: pip installs it.
 
 For each wheel it reports the CUDA version the wheel was built with (``torch/version.py``; none =
 a CPU build), the ELF machine of ``libtorch_cuda.so``, the arch list derived from its device code
@@ -27,209 +30,45 @@ knowledge base: the release's default CUDA variant and Python versions on that p
 arch row of (series, CUDA variant, platform). Exit code 1 when something disagrees.
 """
 
+
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-import zipfile
-from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
-from urllib.parse import urljoin
 
 from packaging.version import Version
 
-from torchkiln.arch import Capability
-from torchkiln.inspect.fatbin import read_fatbins
 from torchkiln.knowledge import load_knowledge, python_key
-
-WHEEL = re.compile(
-    r"^torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<label>\w+))?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
-    r"(?P<plat>(?:manylinux\w*?_|linux_)(?P<machine>x86_64|aarch64))\.(?:whl|so)$"
+from torchkiln.knowledge.learn import (  # the measuring is the package's, shared with `kiln knowledge update`
+    PYPI,
+    WHEEL,
+    Measured,
+    build_number,
+    measure_local,
+    measure_url,
+    project_files,
+    python_of,
 )
-ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
-USER_AGENT = "torchkiln-check-knowledge (+https://github.com/; range reads of one wheel member)"
 
 
-# -- reading a remote wheel through HTTP range requests ----------------------------------------------
-class RangeFile(io.RawIOBase):
-    """A read-only, seekable file over HTTP range requests, with a read-ahead buffer.
-
-    ``zipfile`` seeks to the central directory at the end and then reads one member sequentially:
-    the read-ahead turns that into a few large requests instead of many small ones.
-    """
-
-    def __init__(self, url: str, size: int, block: int = 8 << 20) -> None:
-        self.url, self.size, self.block = url, size, block
-        self.pos = 0
-        self.buf_start, self.buf = 0, b""
-        self.transferred = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def _fetch(self, start: int, n: int) -> bytes:
-        end = min(self.size, start + n) - 1
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={start}-{end}", "User-Agent": USER_AGENT})
-        for attempt in range(4):
-            try:
-                with urllib.request.urlopen(req, timeout=120) as resp:
-                    if resp.status != 206:
-                        raise OSError(f"{self.url}: the server ignored the range request (HTTP {resp.status})")
-                    data: bytes = resp.read()
-                    self.transferred += len(data)
-                    return data
-            except OSError:
-                if attempt == 3:
-                    raise
-                time.sleep(2 * (attempt + 1))
-        raise AssertionError("unreachable")
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        n = min(len(b), self.size - self.pos)
-        if n <= 0:
-            return 0
-        off = self.pos - self.buf_start
-        if not (0 <= off and off + n <= len(self.buf)):
-            self.buf_start, self.buf = self.pos, self._fetch(self.pos, max(n, self.block))
-            off = 0
-        b[:n] = self.buf[off : off + n]
-        self.pos += n
-        return n
-
-
-@dataclass
-class Measured:
-    filename: str
-    cuda: str | None  # torch.version.cuda of the wheel; None = CPU build
-    machine: str  # ELF machine of libtorch_cuda.so ("" when there is none)
-    bulk: list[str]
-    extra: list[str]
-    ptx: list[str]
-    entries: int
-    transferred: int = 0
-
-    @property
-    def arch_list(self) -> str:
-        caps = [str(Capability.parse(a)) for a in self.bulk]
-        if self.ptx and caps:  # knowledge rows write PTX as "+PTX" on an arch of the list
-            ptx_caps = {str(Capability.parse(p)) for p in self.ptx}
-            caps = [f"{c}+PTX" if c in ptx_caps else c for c in caps]
-        return ";".join(caps)
-
-
-def _summarise(entries: list, filename: str, cuda: str | None, machine: int) -> Measured:
-    sass = Counter(e.arch for e in entries if e.kind == "sass")
-    top = max(sass.values()) if sass else 0
-    bulk = sorted((a for a, n in sass.items() if n >= top * 0.5), key=Capability.parse)
-    extra = sorted((a for a in sass if a not in bulk), key=lambda a: (Capability.parse(a), a))
-    ptx = sorted({e.arch for e in entries if e.kind == "ptx"}, key=lambda a: (Capability.parse(a), a))
-    return Measured(filename, cuda, ELF_MACHINES.get(machine, str(machine)), bulk, extra, ptx, len(entries))
-
-
-def _version_cuda(text: str) -> str | None:
-    found = re.search(r"^cuda\b[^=]*=\s*['\"]([\d.]+)['\"]", text, re.M)
-    return found.group(1) if found else None
-
-
-def measure_zip(z: zipfile.ZipFile, filename: str) -> Measured:
-    """Measure an open wheel: its torch/version.py and the device code of torch/lib/libtorch_cuda.so."""
-    names = z.namelist()
-    vpy = next((n for n in names if n == "torch/version.py"), None)
-    cuda = _version_cuda(z.read(vpy).decode()) if vpy else None
-    so = next((n for n in names if n == "torch/lib/libtorch_cuda.so"), None)
-    if so is None:
-        return Measured(filename, cuda, "", [], [], [], 0)
-    with tempfile.NamedTemporaryFile(suffix=".so", dir=os.environ.get("KILN_CHECK_TMP")) as tmp:
-        with z.open(so) as src:
-            shutil.copyfileobj(src, tmp, 16 << 20)
-        tmp.flush()
-        listing = read_fatbins(tmp.name)
-    return _summarise(list(listing.entries), filename, cuda, listing.machine)
-
-
-def measure_remote(url: str, size: int, filename: str) -> Measured:
-    raw = RangeFile(url, size)
-    with zipfile.ZipFile(io.BufferedReader(raw, 1 << 20)) as z:  # type: ignore[arg-type]
-        got = measure_zip(z, filename)
-    got.transferred = raw.transferred
-    return got
-
-
-def measure_local(path: Path) -> Measured:
-    if path.suffix == ".so":
-        listing = read_fatbins(path)
-        vfile = path.parents[1] / "version.py"
-        cuda = _version_cuda(vfile.read_text()) if vfile.exists() else None
-        return _summarise(list(listing.entries), path.name, cuda, listing.machine)
-    with zipfile.ZipFile(path) as z:
-        return measure_zip(z, path.name)
-
-
-# -- the package index ------------------------------------------------------------------------------
 def _pip_index_url() -> str:
     out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
                          capture_output=True, text=True).stdout.strip()
-    return out or "https://pypi.org/simple/"
-
-
-def index_files(index_url: str) -> list[dict]:
-    """The torch project's files on an index: PEP 691 JSON where the index speaks it, else its PEP 503 HTML
-    page (download.pytorch.org/whl/<variant>/torch/ serves HTML only)."""
-    url = urljoin(index_url.rstrip("/") + "/", "torch/")
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1",
-                                               "User-Agent": USER_AGENT})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        body = resp.read()
-        kind = resp.headers.get("Content-Type", "")
-    if "json" in kind:
-        files = list(json.loads(body)["files"])
-    else:
-        files = []
-        for href, name in re.findall(r'<a\s[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', body.decode()):
-            link, _, frag = href.partition("#")
-            sha = frag.removeprefix("sha256=") if frag.startswith("sha256=") else ""
-            files.append({"filename": name.strip(), "url": link, "hashes": {"sha256": sha} if sha else {},
-                          "size": None})
-    for f in files:
-        f["url"] = urljoin(url, f["url"])
-    return files
-
-
-def _size(url: str) -> int:
-    req = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return int(resp.headers["Content-Length"])
-
-
-def _py(tag: str) -> str:
-    """``cp313`` -> "3.13"; the ABI tag ``cp313t`` (a free-threaded build) -> "3.13t"."""
-    return f"{tag[2]}.{tag[3:]}"
+    return out or PYPI
 
 
 def _wheel_python(m: re.Match) -> str:
+    """The Python of a wheel's tags: ``cp313-cp313`` -> "3.13"; a free-threaded ``cp313-cp313t`` -> "3.13t"."""
     abi = m.group("abi")
-    return _py(abi) if abi.endswith("t") else _py(m.group("py"))
+    return python_of(abi) if abi.endswith("t") else python_of(m.group("py"))
 
 
 # -- comparing with the knowledge base --------------------------------------------------------------
@@ -283,10 +122,10 @@ def _line(version: str, platform: str, m: Measured, problems: list[str], pythons
 
 
 def run_pypi(args: argparse.Namespace, kb, emit) -> int:
-    files = [f for f in index_files(args.index_url or _pip_index_url()) if not f.get("yanked")]
-    by: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    files = [f for f in project_files(args.index_url or _pip_index_url(), "torch") if not f.yanked]
+    by: dict[tuple[str, str], list] = defaultdict(list)
     for f in files:
-        m = WHEEL.match(f["filename"])
+        m = WHEEL.match(f.filename)
         if m and not m.group("label"):
             by[(m.group("version"), m.group("machine"))].append(f)
     series_of = {v: ".".join(v.split(".")[:2]) for v, _ in by}
@@ -305,7 +144,7 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
             continue
         rel = kb.release_of(v)
         on = rel.platforms.get(plat) if rel is not None else None
-        got = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in by[(v, plat)]}, key=python_key)
+        got = sorted({_wheel_python(WHEEL.match(w.filename)) for w in by[(v, plat)]}, key=python_key)
         known = (sorted(set(on.pythons(v)) - set(on.python_index_only), key=python_key) if on is not None else [])
         problems = [] if known == got else [f"Python on the index {', '.join(got)} but knowledge says "
                                             f"{', '.join(known)} (python minus python_index_only, this patch)"]
@@ -315,13 +154,14 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
     for s, plat in sorted(newest, key=lambda k: (Version(k[0]), k[1])):
         version = newest[(s, plat)]
         wheels = by[(version, plat)]
-        pythons = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in wheels}, key=python_key)
-        pick = next((w for w in wheels if "-cp311-cp311-" in w["filename"]), wheels[0])
-        key = f"{pick['filename']} sha256={pick.get('hashes', {}).get('sha256', '')}"
+        pythons = sorted({_wheel_python(WHEEL.match(w.filename)) for w in wheels}, key=python_key)
+        wheels = sorted(wheels, key=lambda w: -build_number(w.filename))  # pip installs the highest build tag
+        pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
+        key = f"{pick.filename} sha256={pick.sha256}"
         if key in args.cached:
             m = Measured(**args.cached[key])
         else:
-            m = measure_remote(pick["url"], int(pick["size"]), pick["filename"])
+            m = measure_url(pick.url, pick.filename, pick.size)
             args.cached[key] = asdict(m)
             if args.cache:
                 args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")
@@ -338,9 +178,9 @@ def run_variant_index(args: argparse.Namespace, kb, emit) -> int:
     each series measured like PyPI's."""
     variant = args.variant_index.rstrip("/").rsplit("/", 1)[-1]  # "cu126"
     cuda = f"{variant[2:-1]}.{variant[-1]}" if variant.startswith("cu") else "cpu"
-    by: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for f in index_files(args.variant_index):
-        m = WHEEL.match(f["filename"])
+    by: dict[tuple[str, str], list] = defaultdict(list)
+    for f in project_files(args.variant_index, "torch"):
+        m = WHEEL.match(f.filename)
         if m and m.group("label") == variant:
             by[(m.group("version"), m.group("machine"))].append(f)
     wanted_series = set(args.series) if args.series else {r.series for r in kb.releases}
@@ -353,7 +193,7 @@ def run_variant_index(args: argparse.Namespace, kb, emit) -> int:
             since = plat.variants_from.get(cuda) if plat is not None else None
             claims = plat is not None and cuda in plat.variants and (since is None or Version(v) >= Version(since))
             wheels = by.get((v, plat_name), [])
-            pythons = sorted({_wheel_python(WHEEL.match(w["filename"])) for w in wheels}, key=python_key)
+            pythons = sorted({_wheel_python(WHEEL.match(w.filename)) for w in wheels}, key=python_key)
             if claims == bool(wheels):
                 status, why = "OK  ", ""
             elif claims:
@@ -373,12 +213,13 @@ def run_variant_index(args: argparse.Namespace, kb, emit) -> int:
                     newest[(s, plat_name)] = v
         for (_s, plat_name), v in sorted(newest.items(), key=lambda k: (Version(k[0][0]), k[0][1])):
             wheels = by[(v, plat_name)]
-            pick = next((w for w in wheels if "-cp311-cp311-" in w["filename"]), wheels[0])
-            key = f"{pick['filename']} sha256={pick.get('hashes', {}).get('sha256', '')}"
+            wheels = sorted(wheels, key=lambda w: -build_number(w.filename))
+            pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
+            key = f"{pick.filename} sha256={pick.sha256}"
             if key in args.cached:
                 m = Measured(**args.cached[key])
             else:
-                m = measure_remote(pick["url"], int(pick["size"] or _size(pick["url"])), pick["filename"])
+                m = measure_url(pick.url, pick.filename, pick.size)
                 args.cached[key] = asdict(m)
                 if args.cache:
                     args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchkiln.errors import SpecError
-from torchkiln.knowledge import load_knowledge
+from torchkiln.knowledge.overlay import current_knowledge as load_knowledge  # built-in rows + the local overlay
 from torchkiln.matrix import ResolvedCell, cell_tags, expand, resolve_matrix
 from torchkiln.plan import BuildPlan
 from torchkiln.resolve import resolve

@@ -10,7 +10,8 @@ import re
 import sys
 from pathlib import Path
 
-from torchkiln.knowledge import load_knowledge
+from torchkiln.knowledge import learn, load_knowledge
+from torchkiln.knowledge.learn import project_files
 
 ROOT = Path(__file__).parents[2]
 
@@ -27,7 +28,7 @@ def test_rows_agree_with_the_measured_wheels() -> None:
     ck = _script()
     kb = load_knowledge()
     cache = json.loads((ROOT / "scripts" / "results" / "check_knowledge_cache.json").read_text())
-    assert len(cache) == 30
+    assert len(cache) == 33  # 30 of 2026-11-24, 2.15.0 x2, the 2.10.0-3 rebuild
     for record in cache.values():
         m = ck.Measured(**record)
         name = ck.WHEEL.match(m.filename)
@@ -39,11 +40,14 @@ def test_rows_agree_with_the_measured_wheels() -> None:
 
 
 class _Resp:
-    def __init__(self, body: bytes, kind: str) -> None:
-        self.body, self.headers = body, {"Content-Type": kind}
+    def __init__(self, body: bytes, kind: str, url: str = "") -> None:
+        self.body, self.headers, self.url = body, {"Content-Type": kind}, url
 
     def read(self) -> bytes:
         return self.body
+
+    def geturl(self) -> str:
+        return self.url
 
     def __enter__(self):
         return self
@@ -61,11 +65,17 @@ _CU126_HTML = ("<html><body>\n" + "".join(
     for n, h in _CU126_NAMES) + "</body></html>").encode()
 
 
+def _serve(monkeypatch, html: bytes) -> None:
+    """PyTorch's index, as torchkiln.knowledge.learn (which the script reads indexes with) sees it."""
+    monkeypatch.setattr(learn.urllib.request, "urlopen",
+                        lambda req, timeout=0, context=None: _Resp(html, "text/html", req.full_url))
+
+
 def _variant_run(monkeypatch, html: bytes, series: list[str], platforms: list[str]) -> tuple[int, list[str]]:
     import argparse
 
     ck = _script()
-    monkeypatch.setattr(ck.urllib.request, "urlopen", lambda req, timeout=0: _Resp(html, "text/html"))
+    _serve(monkeypatch, html)
     lines: list[str] = []
     args = argparse.Namespace(variant_index="https://download.pytorch.org/whl/cu126", series=series,
                               platform=platforms, measure=False, bad=0, cached={}, cache=None)
@@ -76,12 +86,12 @@ def test_variant_index_html_listing_against_the_rows(monkeypatch) -> None:
     """PyTorch's index serves PEP 503 HTML: its wheel names (linux_aarch64 ones too) and sha256 fragments are read,
     and each release's row is checked for naming exactly the variants the index has."""
     ck = _script()
-    monkeypatch.setattr(ck.urllib.request, "urlopen", lambda req, timeout=0: _Resp(_CU126_HTML, "text/html"))
-    files = ck.index_files("https://download.pytorch.org/whl/cu126")
-    assert files[0]["url"] == ("https://download.pytorch.org/whl/cu126/torch-2.6.0%2Bcu126-cp312-cp312-"
-                               "linux_aarch64.whl")
-    assert files[0]["hashes"]["sha256"].startswith("993e0e99")
-    assert ck.WHEEL.match(files[0]["filename"]).group("machine") == "aarch64"
+    _serve(monkeypatch, _CU126_HTML)
+    files = project_files("https://download.pytorch.org/whl/cu126", "torch")  # the script reads indexes with it
+    assert files[0].url == ("https://download.pytorch.org/whl/cu126/torch-2.6.0%2Bcu126-cp312-cp312-"
+                            "linux_aarch64.whl")
+    assert files[0].sha256.startswith("993e0e99")
+    assert ck.WHEEL.match(files[0].filename).group("machine") == "aarch64"
     rc, lines = _variant_run(monkeypatch, _CU126_HTML, ["2.6"], ["x86_64", "aarch64"])
     assert rc == 0, lines
     assert any(line.startswith("OK   torch 2.6.0 aarch64 cu126: Python 3.12") for line in lines)

@@ -72,6 +72,7 @@ COMMAND_MODULES = (
     "build",
     "push",
     "lock",
+    "knowledge",
     "run",
     "base",
     "inspect",

@@ -43,6 +43,10 @@ def lock_cmd(
     torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
+    no_knowledge_update: Annotated[
+        bool, typer.Option("--no-knowledge-update", help="Skip the `kiln knowledge update` step (learning torch "
+                                                        "releases the built-in rows lack from the indexes).")
+    ] = False,
     sources_from_pip: Annotated[
         bool | None, typer.Option("--sources-from-pip",
                                   help="Use this machine's pip configuration as the lowest layer (default: the "
@@ -54,6 +58,8 @@ def lock_cmd(
     """Pin every input of the spec's build in kiln.lock beside it: the base image's digest and every
     wheel (name, version, URL, sha256) of torch, its companions, the packages and the extension build
     inputs, for the spec's platform, resolved by uv. `kiln build --locked` then installs exactly that.
+
+    First it runs `kiln knowledge update` for the spec's indexes and platform (--no-knowledge-update skips it).
     """
     runner = make_runner()
     settings = command_settings(spec, base=base, engine=engine_name, sources_from_pip=sources_from_pip)
@@ -62,6 +68,10 @@ def lock_cmd(
                              torch_index=torch_index, ca_bundle=ca_bundle, network=None,
                              index_strategy=index_strategy, cwd=Path.cwd())
     engine = get_engine(engine_name, runner)
+    if not no_knowledge_update:  # lock is online anyway: a torch release newer than the rows resolves then
+        from torchkiln.cli.knowledge import learn_before_lock
+
+        learn_before_lock(spec, flags, settings.sources_from_pip, runner, json, user=user_source_layer(settings))
     _s, plan, spec_dir = load_plan(spec)
     sources = resolve_sources(flags=flags, plan_sources=plan.sources, spec_dir=spec_dir.resolve(),
                               from_pip=settings.sources_from_pip, runner=runner, user=user_source_layer(settings))

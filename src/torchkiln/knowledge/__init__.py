@@ -71,10 +71,24 @@ class TorchRelease:
     torchvision: dict[str, str]
     source: str
     platforms: dict[str, ReleasePlatform] = field(default_factory=dict)
+    #: patches known from the local overlay (``kiln knowledge update``), not the built-in rows: patch -> source
+    learned: dict[str, str] = field(default_factory=dict)
 
     def on(self, platform: str) -> ReleasePlatform | None:
         """What this release ships for a host architecture ("x86_64", "aarch64"); None = nothing known."""
         return self.platforms.get(platform)
+
+
+@dataclass(frozen=True)
+class Companion:
+    """Which release of a companion package (torchvision, torchaudio) goes with one torch release."""
+
+    torch: str
+    package: str
+    #: the companion's version; "" = no release of it exists for this torch (``note`` says why)
+    version: str
+    source: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -219,6 +233,14 @@ class Knowledge:
     torch_source: TorchSource | None = None
     #: "12.0" -> ("12.8", source): the first toolkit that knows an architecture (cuda.toml ``added``)
     arch_first_cuda: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: torchvision / torchaudio per torch release (companions.toml, plus what the overlay learned)
+    companions: tuple[Companion, ...] = ()
+    #: the local overlay whose rows were added to the built-in ones ("" = built-in rows only)
+    overlay: str = ""
+
+    def companion(self, package: str, torch: str) -> Companion | None:
+        """The row pairing ``package`` with torch ``torch``; None when no row says anything about it."""
+        return next((c for c in self.companions if c.package == package and c.torch == torch), None)
 
     # -- torch ----------------------------------------------------------------------------------
     def release_of(self, version: str) -> TorchRelease | None:
@@ -398,6 +420,12 @@ def load_knowledge() -> Knowledge:
          for r in e.get("torch_source", [])),
         None,
     )
+    companions = tuple(
+        Companion(torch=r["torch"], package=pkg, version=r[pkg], source=r["source"], note=r.get(f"{pkg}_note", ""))
+        for r in _load("companions.toml")["pair"]
+        for pkg in ("torchvision", "torchaudio")
+        if pkg in r
+    )
     n = _load("ngc.toml")
     ngc = tuple(
         NgcRelease(ngc=r["ngc"], cuda=r["cuda"], torch=r["torch"], python=r["python"], ubuntu=r.get("ubuntu", ""),
@@ -425,4 +453,5 @@ def load_knowledge() -> Knowledge:
         prebuilt=prebuilt,
         toolchains=toolchains,
         torch_source=torch_source,
+        companions=companions,
     )

@@ -44,6 +44,12 @@ from torchkiln.plan import (
     TorchPlan,
 )
 from torchkiln.resolve.base import FREE_THREADED_BASE, PYTHON_INSTALL_DIR, distro_of, official_python_image
+from torchkiln.resolve.companions import (
+    companion_decisions,
+    companion_ideas,
+    companion_problems,
+    companion_requirements,
+)
 from torchkiln.resolve.compat import compat_facts, compat_problems, eligible
 from torchkiln.resolve.ext import (
     _SUGGESTING,
@@ -89,9 +95,15 @@ def _versions(spec: Spec, kb: Knowledge) -> list[str]:
         if str(exact) not in known:
             series = kb.release_of(str(exact))
             near = series.patches if series else known[:5]
+            newer = Version(known[0]) < exact
             raise ResolveError(
-                f"torch {text} is not a release torchkiln knows (known: {', '.join(near)}).",
-                hint="Pin a known version, or use a specifier such as '>=2.5,<2.7' to let torchkiln choose.",
+                f"torch {text} is not a release torchkiln knows (known: {', '.join(near)})"
+                + (f"; it is newer than every row torchkiln has{' and its local overlay has' if kb.overlay else ''}"
+                   if newer else "") + ".",
+                hint=("Run `kiln knowledge update` (online: it reads the configured package indexes and learns "
+                      "the releases they have, into torchkiln's cache), then resolve again; or pin "
+                      f"{known[0]}, the newest known." if newer else
+                      "Pin a known version, or use a specifier such as '>=2.5,<2.7' to let torchkiln choose."),
             )
         return [str(exact)]
     spec_set = SpecifierSet(text)
@@ -282,7 +294,7 @@ def _python_problem(c: _Candidate, py: str, kb: Knowledge) -> str:
 
 
 def _fits(c: _Candidate, spec: Spec, targets: tuple[_Target, ...], kb: Knowledge) -> list[str]:
-    probs = _problems(c, spec, targets, kb)
+    probs = _problems(c, spec, targets, kb) + companion_problems(c, spec, kb)
     for ext in spec.extensions:
         probs.extend(_extension_problems(ext, c, targets, kb))
     return probs
@@ -460,6 +472,35 @@ def _ideas(spec: Spec, targets: tuple[_Target, ...], kb: Knowledge, failed: _Can
                    f"{info.min_capability}+)", {"gpu": {"targets": keep}})
         others = [e.model_dump(by_alias=True, exclude_unset=True) for j, e in enumerate(spec.extensions) if j != i]
         yield "drop extension", f"drop the {ext.name} extension", {"extensions": others}
+    if any(f"{p} has no release for torch" in x for p in spec.torch.packages for x in problems):
+        yield from companion_ideas(spec)
+
+
+def _publishes(c: _Candidate) -> bool:
+    """Whether the candidate's release publishes its variant at all (a newer release may have dropped it, as
+    2.15 dropped cu126): its failure then names the real obstacle, not the missing variant."""
+    plat = c.on
+    if c.cuda == "cpu" or plat is None:
+        return c.cuda == "cpu"
+    since = plat.variants_from.get(c.cuda)
+    return c.cuda in plat.variants and (since is None or Version(c.version) >= Version(since))
+
+
+def _knowledge_decisions(kb: Knowledge, version: str, cuda: str, host: str) -> list[Decision]:
+    """Which rows the plan used: the built-in ones only, or some learned into the local overlay."""
+    if not kb.overlay:
+        return [Decision("knowledge", "built-in rows", f"torchkiln's own rows (torch releases up to "
+                         f"{kb.all_patches()[0]}); there is no local overlay (`kiln knowledge update` learns newer "
+                         "releases from the package indexes into one)", "")]
+    from torchkiln.knowledge.overlay import learned_from
+
+    learned = learned_from(kb, version, cuda, host)
+    if not learned:
+        return [Decision("knowledge", "built-in rows", f"every row this plan uses is built into torchkiln (the local "
+                         f"overlay {kb.overlay} adds none of them)", "")]
+    return [Decision("knowledge", f"built-in rows + local overlay {kb.overlay}",
+                     f"{', '.join(learned)} learned by `kiln knowledge update` from the index (the built-in rows "
+                     "end before it); the other rows are built in", "LEARNED")]
 
 
 _NO_IDEA = "No known combination satisfies every constraint; relax [gpu] targets, min_driver or the torch version."
@@ -480,27 +521,6 @@ def _precompile(spec: Spec, torch_plan: TorchPlan) -> tuple[str, ...]:
     names = ["torch", *(_import_name(r) for r in torch_plan.companions)]
     extra = spec.python.precompile if isinstance(spec.python.precompile, list) else []
     return tuple(dict.fromkeys([*names, *extra]))
-
-
-def _companions(spec: Spec, version: str, release: TorchRelease, label: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for pkg in spec.torch.packages:
-        if pkg == "torchvision":
-            tv = release.torchvision.get(version)
-            if tv is None:
-                raise ResolveError(
-                    f"the torchvision release that matches torch {version} is not in torchkiln's knowledge base.",
-                    hint=f"Pin a torch version whose pair is known ({', '.join(release.torchvision) or 'none'}).",
-                )
-            out.append(f"torchvision=={tv}{label}")
-        elif pkg == "torchaudio":
-            if Version(version) >= Version("2.10"):
-                raise ResolveError(
-                    f"no torchaudio release matched to torch {version} is confirmed.",
-                    hint="Use torch <= 2.9.1 with torchaudio, or drop torchaudio from [torch] packages.",
-                )
-            out.append(f"torchaudio=={version}{label}")
-    return tuple(out)
 
 
 _BUILDER_APT = ("build-essential", "ccache")
@@ -790,8 +810,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
             if not probs:
                 chosen = cand
                 break
-            if first_failure is None:
-                first_failure = (cand, probs)
+            if first_failure is None or (not _publishes(first_failure[0]) and _publishes(cand)):
+                first_failure = (cand, probs)  # the newest that publishes the asked variant says the most
         if chosen is not None:
             break
     if chosen is None:
@@ -834,7 +854,7 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         on_default_index=on_default,
         wheel_arch_list=row.arch_list if row else "",
         wheel_arch_source=row.source if row else "",
-        companions=_companions(spec, version, rel, label),
+        companions=companion_requirements(spec, version, rel, label, kb),
     )
     why_version = (
         f"'{spec.torch.version}' names the {rel.series} series: its newest patch that passes every check "
@@ -844,7 +864,7 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
     )
     decisions.append(Decision("platform", platform, why_host, "GPUS" if spec.image.platform is None and targets
                               and host != "x86_64" else ""))
-    decisions.append(Decision("torch", version, why_version, rel.source))
+    decisions.append(Decision("torch", version, why_version, rel.learned.get(version, rel.source)))
     if chosen.cuda == "cpu":
         decisions.append(Decision("variant", "cpu", "cuda = 'cpu' in the spec", ""))
     else:
@@ -855,6 +875,8 @@ def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
         decisions.append(Decision("variant", torch_plan.variant, why, rel.source))
     if not source_build:
         decisions.append(_wheel_source(kb, version, label, host, plat, on_default, torch_plan.variant))
+    decisions.extend(companion_decisions(spec, version, rel, kb))
+    decisions.extend(_knowledge_decisions(kb, version, chosen.cuda, host))
 
     # targets
     target_plans: list[TargetPlan] = []
