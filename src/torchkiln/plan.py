@@ -151,6 +151,9 @@ class SourcesPlan:
     find_links: tuple[str, ...]
     torch_index: str | None
     network: Literal["default", "host"]
+    #: the PyTorch index the project takes torch from ([tool.uv.sources], a requirements file): the build's
+    #: torch index when no flag, variable, [sources] entry or wheel folder names any package source
+    project_torch_index: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,33 @@ class PrunePlan:
     def args(self) -> str:
         """The command-line arguments of prune.py for these targets."""
         return f"--targets {','.join(self.targets)}" + (" --ptx" if self.ptx else "")
+
+
+@dataclass(frozen=True)
+class ProjectPlan:
+    """``[project]``: the project's dependencies (its lock's or requirements' lines) and its own package."""
+
+    root: str  # the project's folder, relative to the spec's ("." or a monorepo's "services/trainer")
+    name: str  # canonical project name ("" when it has none)
+    source: str  # where the dependencies come from: "uv.lock", "requirements", "pyproject", "none"
+    files: tuple[str, ...]  # the project files read (relative to the spec's folder)
+    #: dependency lines as uv reads them (hashes and markers kept), in install order; torch's closure excluded
+    requirements: tuple[str, ...]
+    names: tuple[str, ...]  # the canonical name of each requirement line
+    #: from a lock that pins torch: torch and everything it needs, hashed (the torch layer installs these)
+    torch_requirements: tuple[str, ...]
+    constraints: tuple[str, ...]  # the -c lines of the requirements files
+    hashed: bool  # every line carries hashes: installs run with --require-hashes
+    package: bool  # the project is a package: built into a wheel, installed in a layer of its own
+    compiled: bool  # its build compiles against torch (a C++/CUDA extension in the tree)
+    build_requires: tuple[str, ...]
+    scm_version: bool  # its version comes from git, which a build context lacks: a version is given
+    wheel_deps: bool  # its dependencies are known only from its wheel (setup.py): the project layer resolves them
+    entries: tuple[str, ...]  # the project's top-level files and folders the build context carries
+    torch_from: str  # where the project pins torch ("" = torch is torchkiln's choice)
+    #: other local packages it depends on (uv workspace members, path requirements): (folder relative to the
+    #: spec's folder, its top-level entries); each is built into a wheel beside the project's
+    locals: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,6 +262,8 @@ class BuildPlan:
 
     def steps_after(self, point: str) -> tuple[StepPlan, ...]:
         return tuple(s for s in self.steps if s.after == point)
+    #: ``[project]``: the project's dependencies and its own package (``torchkiln.resolve.project``)
+    project: ProjectPlan | None = None
 
     @property
     def image_ref(self) -> str:
@@ -280,4 +312,5 @@ class BuildPlan:
             "warnings": list(self.warnings),
             "prune": d["prune"],
             "steps": [asdict(s) for s in self.steps],
+            "project": d["project"],
         }

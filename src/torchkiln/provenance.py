@@ -113,7 +113,9 @@ class Provenance:
     @classmethod
     def of(cls, spec_path: Path, runner: Runner, env: Mapping[str, str] | None = None) -> Provenance:
         """Read once per spec (a matrix shares one): the spec's git checkout and its ``created`` time."""
-        spec_file = spec_path / "kiln.toml" if spec_path.is_dir() else spec_path
+        from torchkiln.spec import spec_home
+
+        spec_file = spec_home(spec_path)[0]  # kiln.toml, or the pyproject.toml of [tool.kiln]
         revision, source, commit_time = git_facts(spec_file.parent.resolve(), runner)
         return cls(revision, source, created_time(spec_file, commit_time, os.environ if env is None else env))
 

@@ -242,6 +242,14 @@ class PackagesSpec(_Strict):
         from packaging.requirements import InvalidRequirement, Requirement
 
         for item in v:
+            if item.startswith((".", "/", "file:", "~")) or (
+                    "@" not in item and item.endswith(("/", ".whl", ".tar.gz", ".zip"))):
+                raise ValueError(
+                    f"{item!r} is a local path, not a package requirement: a project's own package goes in "
+                    f'[project] (path = "{item.removeprefix("file:").rstrip("/") or "."}"), which reads its '
+                    "dependencies and installs it as a wheel in a layer of its own; a folder that compiles against "
+                    "torch can also be an [[extensions]] entry with path"
+                )
             try:
                 req = Requirement(item)
             except InvalidRequirement as e:
@@ -457,6 +465,52 @@ def step_commands(run: str | list[str]) -> list[str]:
     return [c for c in out if c]
 
 
+class ProjectSpec(_Strict):
+    """``[project]``: a Python project (pyproject.toml, uv.lock, requirements) as input (docs/project.md)."""
+
+    path: str = Field(default=".", description="the project's folder, relative to the spec's (a monorepo's subfolder)")
+    extras: list[str] = Field(default_factory=list, description="optional-dependencies to install (PEP 621 extras)")
+    groups: list[str] = Field(default_factory=list, description="dependency groups to install (PEP 735)")
+    requirements: list[str] = Field(
+        default_factory=list,
+        description="requirements files to install, relative to the project (default: requirements.txt when present; "
+                    "a uv.lock wins)")
+    script: str | None = Field(
+        default=None,
+        description="a single-file script with PEP 723 inline metadata (# /// script): its dependencies are the "
+                    "project's, and it is the default command")
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith("/") or ".." in Path(v).parts or not v.endswith(".py")):
+            raise ValueError(f"{v!r} must be a .py file inside the project's folder (relative, no '..')")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if v.startswith("/") or ".." in Path(v).parts:
+            raise ValueError(f"{v!r} must be a folder inside the spec's folder (relative, no '..')")
+        return v or "."
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if p.startswith("/") or ".." in Path(p).parts:
+                raise ValueError(f"{p!r} must be a file inside the project's folder (relative, no '..')")
+        return v
+
+    @field_validator("extras", "groups")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+                raise ValueError(f"{name!r} is not an extra or group name (letters, digits, '.', '_', '-')")
+        return v
+
+
 class BaseSpec(_Strict):
     image: str = ""
     python: Literal["image", "apt"] = "image"
@@ -585,6 +639,7 @@ class Spec(_Strict):
     sources: SourcesSpec = Field(default_factory=SourcesSpec)
     steps: list[StepSpec] = Field(default_factory=list, description="commands of the user's own (docs/steps.md)")
     matrix: MatrixSpec | None = Field(default=None, description="many images from one spec (docs/matrix.md)")
+    project: ProjectSpec | None = Field(default=None, description="a Python project as input (docs/project.md)")
 
     @model_validator(mode="after")
     def _image_torch(self) -> Spec:
@@ -613,6 +668,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "sources": SourcesSpec,
     "matrix": MatrixSpec,
     "steps": StepSpec,
+    "project": ProjectSpec,
 }
 
 
@@ -699,12 +755,98 @@ def _no_credentials_outside_sources(data: Any, origin: str) -> None:
 
 
 def load_spec(path: Path) -> Spec:
-    """Read and validate ``kiln.toml`` (or a folder holding one)."""
-    p = path / "kiln.toml" if path.is_dir() else path
+    """Read and validate ``kiln.toml``, ``[tool.kiln]`` of a ``pyproject.toml``, or a folder holding either.
+
+    A folder: its ``kiln.toml`` (which wins over a ``[tool.kiln]`` table beside it); else its
+    ``pyproject.toml``'s ``[tool.kiln]``; else, for a folder that is a Python project without either
+    (a pyproject.toml, requirements.txt or setup.py), the spec ``[project]`` alone (see ``spec_home``).
+    """
+    p, table = spec_home(path)
     if not p.exists():
         if p.name.lower() in ("true", "false", "yes", "no", "0", "1"):
             raise SpecError(f"{p}: no such file.", hint=f"Flags such as --json take no value: drop '{p.name}'.")
         raise SpecError(f"{p}: no such file.", hint="Give the path of a kiln.toml, or create one with `kiln init`.")
+    if table == "implicit":
+        return parse_spec(implicit_spec(p.parent), origin=str(p.parent))
+    data = _read_toml(p)
+    origin = str(p)
+    if table == "tool.kiln":
+        kiln = (data.get("tool") or {}).get("kiln")
+        if kiln is None:  # a pyproject.toml without [tool.kiln]: its project, with torchkiln's defaults
+            return parse_spec(implicit_spec(p.parent), origin=str(p))
+        if not isinstance(kiln, dict):
+            raise SpecError(f"{p}: [tool.kiln] must be a table.",
+                            hint="Write it as tables: [tool.kiln.image] name = ..., [tool.kiln.torch] ... .")
+        origin = f"{p} [tool.kiln]"
+        data = {"project": {}, **kiln}  # the pyproject's own folder is the project
+    if "project" in data and "image" not in data and isinstance(data["project"], dict):
+        data = {"image": {"name": _project_image_name(p.parent, data["project"])}, **data}
+    return parse_spec(data, origin=origin)
+
+
+#: the files that make a folder a Python project torchkiln can build without a spec of its own
+PROJECT_FILES = ("pyproject.toml", "requirements.txt", "setup.py", "uv.lock")
+
+
+def spec_home(path: Path) -> tuple[Path, str]:
+    """Where the spec of ``path`` lives: (file, ``"kiln.toml"`` | ``"tool.kiln"`` | ``"implicit"``).
+
+    ``implicit``: a project folder with neither a kiln.toml nor a [tool.kiln] table; the file is its
+    first project file. A path that does not exist comes back as it is (``load_spec`` reports it).
+    """
+    if not path.is_dir():
+        return path, "tool.kiln" if path.name == "pyproject.toml" else "kiln.toml"
+    if (path / "kiln.toml").exists():
+        return path / "kiln.toml", "kiln.toml"
+    pp = path / "pyproject.toml"
+    if pp.is_file() and _has_tool_kiln(pp):
+        return pp, "tool.kiln"
+    for name in PROJECT_FILES:
+        if (path / name).is_file():
+            return path / name, "implicit"
+    return path / "kiln.toml", "kiln.toml"
+
+
+def spec_notes(path: Path) -> tuple[str, ...]:
+    """What the choice of ``spec_home`` should tell the user (a kiln.toml beside a [tool.kiln], a spec made up)."""
+    if path.is_dir() and (path / "kiln.toml").exists() and (path / "pyproject.toml").is_file() \
+            and _has_tool_kiln(path / "pyproject.toml"):
+        return (f"{path / 'kiln.toml'} is used; the [tool.kiln] table of {path / 'pyproject.toml'} is ignored "
+                "(kiln.toml wins when both exist: remove one).",)
+    file, table = spec_home(path)
+    if table == "implicit":
+        return (f"{path} has no kiln.toml and no [tool.kiln] table: built as [project] with torchkiln's defaults "
+                "(add a [tool.kiln] table to pyproject.toml, or a kiln.toml, to choose torch, GPU targets and the "
+                "command).",)
+    return ()
+
+
+def _has_tool_kiln(pyproject: Path) -> bool:
+    try:
+        return isinstance((tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool") or {}).get("kiln"), dict)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return True  # load_spec reports what is wrong with it
+
+
+def _project_image_name(spec_dir: Path, project: dict[str, Any]) -> str:
+    """An image name for a project that names none: its pyproject's [project] name, else its folder's name."""
+    folder = spec_dir / str(project.get("path", "."))
+    name = ""
+    try:
+        name = str((tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8")).get("project") or {})
+                   .get("name", ""))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        pass
+    name = re.sub(r"[^a-z0-9]+", "-", (name or folder.resolve().name).lower()).strip("-")
+    return name or "project"
+
+
+def implicit_spec(folder: Path) -> dict[str, Any]:
+    """The spec of a project folder without one: the image named after the project, ``[project]`` as it is."""
+    return {"image": {"name": _project_image_name(folder, {})}, "project": {}}
+
+
+def _read_toml(p: Path) -> dict[str, Any]:
     from torchkiln.fsio import read_text  # refuses FIFOs, devices and folders; caps the size; strict UTF-8
 
     try:
@@ -713,12 +855,11 @@ def load_spec(path: Path) -> Spec:
     except OSError as e:
         raise SpecError(f"{p}: cannot be read ({e.strerror}).", hint="Check the path and its permissions.") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{p}: not valid TOML: {e}.", hint="Fix the TOML syntax at the line named.") from None
     except RecursionError:  # tomllib recurses once per nested array / inline table
         raise _too_deep(str(p)) from None
-    return parse_spec(data, origin=str(p))
 
 
 #: no kiln.toml value nests deeper than [[extensions]] -> env -> value; far more is a mangled file

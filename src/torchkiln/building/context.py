@@ -30,6 +30,7 @@ from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions
 from torchkiln.render.apptainer import DEFFILE, apptainer_files
 from torchkiln.render.dockerfile import context_files
+from torchkiln.render.project import context_copies as project_copies
 from torchkiln.runner import Runner
 
 
@@ -327,7 +328,8 @@ def dockerfile_context(plan: BuildPlan, spec_dir: Path) -> ContextFiles:
     ignore = project_ignore(spec_dir, (*plan.app.copy, *ext_paths))
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
               **{f".kiln/prune/{src.name}": src for src in _prune_sources(plan)},
-              **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)}}
+              **{item: spec_dir / item for item in (*plan.app.copy, *ext_paths)},
+              **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
     return ContextFiles(context_files(plan), copies, ignore)
 
 
@@ -402,7 +404,8 @@ def apptainer_context(plan: BuildPlan, spec_dir: Path, options: ApptainerOptions
     copies = {".kiln/bin/uv": uv_binary(plan.platform),
               **{f".kiln/verify/{src.name}": src for src in _verify_sources()},
               **{f".kiln/prune/{src.name}": src for src in _prune_sources(plan)},
-              **{item: spec_dir / item for item in local if item is not None}}
+              **{item: spec_dir / item for item in local if item is not None},
+              **{rel: spec_dir / src for rel, src in project_copies(plan).items()}}
     return ContextFiles(texts, copies, ignore)
 
 

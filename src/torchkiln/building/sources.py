@@ -45,7 +45,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -332,7 +332,12 @@ def resolve_sources(
         layers.append(user)
     if from_pip:
         layers.append(layer_from_pip(runner or Runner()))
-    return merge(*layers)
+    merged = merge(*layers)
+    fallback = getattr(plan_sources, "project_torch_index", None)
+    if fallback and not (merged.torch_index or merged.index_url or merged.extra_index_urls or merged.find_links):
+        # [project]: torch from the PyTorch index the project names, when nothing else says where packages come from
+        merged = replace(merged, torch_index=fallback, origins=(*merged.origins, ("torch_index", "project")))
+    return merged
 
 
 # -- turning sources into build inputs --------------------------------------------------------------

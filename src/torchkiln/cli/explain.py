@@ -54,7 +54,9 @@ def _gpu_table() -> Table:
 @app.command("explain")
 def explain_cmd(
     spec: Annotated[
-        Path | None, typer.Argument(help="A kiln.toml (or a folder holding one).", show_default=False)
+        Path | None,
+        typer.Argument(help="A kiln.toml, a pyproject.toml with [tool.kiln], or a project folder.",
+                       show_default=False)
     ] = None,
     gpus: Annotated[bool, typer.Option("--gpus", help="List the GPU names and capabilities torchkiln knows.")] = False,
     cores: Annotated[

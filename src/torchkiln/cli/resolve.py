@@ -56,6 +56,16 @@ def _summary(path: Path, plan: BuildPlan) -> Table:
         row("pip packages", " ".join(plan.pip_packages))
     if plan.apt_packages:
         row("apt packages", " ".join(plan.apt_packages))
+    if plan.project is not None:
+        p = plan.project
+        what = f"{len(p.requirements)} dependencies from {p.source}" + (" (hashed)" if p.hashed else "")
+        if p.torch_from:
+            what += f"; torch from {p.torch_from.split(':', 1)[0]}"
+        if p.package:
+            what += f"; {p.name or p.root} as a wheel" + (" (compiled)" if p.compiled else "")
+        if p.locals:
+            what += f"; local packages {', '.join(path for path, _ in p.locals)}"
+        row(f"project {p.root}", what)
     for ext in plan.extensions:
         if ext.build == "prebuilt":
             how = f"prebuilt wheel {ext.prebuilt}" if ext.prebuilt else "prebuilt wheel"

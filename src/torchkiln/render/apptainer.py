@@ -54,6 +54,7 @@ from torchkiln.contract import (
 )
 from torchkiln.errors import InputError, SpecError
 from torchkiln.plan import BuildPlan, ExtensionPlan
+from torchkiln.render import project as proj
 from torchkiln.render.instructions import drop_torch_tests, prune_files, rendered_by, torch_folder
 from torchkiln.render.steps import apptainer_steps
 
@@ -319,6 +320,7 @@ def builder_stage(plan: BuildPlan, options: BaseSource | None) -> list[list[str]
         *([""] + apptainer_steps(plan, "torch") if plan.steps_after("torch") else []),
         *([""] + post_packages(plan) if plan.pip_packages else []),
         *([""] + apptainer_steps(plan, "packages") if plan.steps_after("packages") else []),
+        *([""] + proj.apptainer_post(plan) if plan.project else []),
         "",
         *post_extensions(plan, purge=False),
     ]
@@ -382,7 +384,8 @@ def _builder_files(plan: BuildPlan) -> dict[str, str]:
 def _build_tools(plan: BuildPlan) -> list[str]:
     """Compilers for the extension stage that the spec does not ask to keep (removed after it)."""
     if not _compiled(plan):
-        return []
+        compiled_project = plan.project is not None and plan.project.compiled and plan.torch.image is None
+        return [t for t in ("build-essential",) if t not in plan.apt_packages] if compiled_project else []
     if plan.torch.image is not None:  # a development image has its compilers: none added, none purged
         return [t for t in (plan.toolchain.apt if plan.toolchain else ()) if t not in plan.apt_packages]
     tools = ["build-essential"] + (["git"] if any(e.git for e in _compiled(plan)) else [])
@@ -481,7 +484,7 @@ def post_torch(plan: BuildPlan) -> list[str]:
     return [
         _comment("stage torch: torch and its companions only, then frozen into the constraints file that"),
         _comment("pins them for every later install (nothing after this can replace torch)"),
-        _install(f"-r {KILN}/requirements-torch.txt"),
+        _install(f"{proj.torch_require_hashes(plan).lstrip()} -r {KILN}/requirements-torch.txt".lstrip()),
         drop_torch_tests(plan),
         *(c.replace("/kiln/prune", f"{KILN}/prune") for c in prune_files(plan, torch_folder(plan))),
         "mkdir -p /etc/pip",
@@ -626,6 +629,7 @@ def section_post(plan: BuildPlan) -> list[str]:
             steps("torch"),
             post_packages(plan),
             steps("packages"),
+            proj.apptainer_post(plan),
             post_extensions(plan),
             post_app(plan),
         ]
@@ -736,7 +740,7 @@ def scriptlets(text: str) -> dict[str, str]:
 
 def apptainer_files(plan: BuildPlan, options: BaseSource | None = None) -> dict[str, str]:
     """Every generated text file of the Apptainer build folder, by relative path (sorted)."""
-    torch_reqs = [plan.torch.requirement, *plan.torch.companions]
+    torch_reqs = proj.torch_requirements(plan) or [plan.torch.requirement, *plan.torch.companions]
     files = {
         DEFFILE: render_apptainer(plan, options),
         ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
@@ -746,5 +750,6 @@ def apptainer_files(plan: BuildPlan, options: BaseSource | None = None) -> dict[
         ".kiln/wheels/.keep": "",
         ".kiln/secrets/.keep": "",
         **_builder_files(plan),
+        **proj.context_files(plan),
     }
     return dict(sorted(files.items()))

@@ -26,6 +26,7 @@ from torchkiln.contract import CONSTRAINTS, UV, VENV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
 from torchkiln.render import instructions as ins
+from torchkiln.render import project as proj
 from torchkiln.render import reproducible
 from torchkiln.render import steps as render_steps
 
@@ -84,6 +85,7 @@ def requirement_files(plan: BuildPlan) -> dict[str, str]:
         torch_reqs, packages = list(plan.locked.torch), list(plan.locked.packages)
     else:
         torch_reqs, packages = [plan.torch.requirement, *plan.torch.companions], list(plan.pip_packages)
+        torch_reqs = proj.torch_requirements(plan) or torch_reqs  # a project's lock that pins torch: its lines
     return {
         ".kiln/requirements-torch.txt": "\n".join(torch_reqs) + "\n",
         ".kiln/requirements.txt": "".join(f"{p}\n" for p in packages),
@@ -116,7 +118,8 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
                 f" UV_COMPILE_BYTECODE={1 if plan.bytecode == 'all' else 0}",
                 f"{UV} venv --python {plan.python_exe} {VENV}",
-                f"{UV} pip install --python {py}{wheel}{require_hashes(plan)} -r /kiln/requirements-torch.txt",
+                f"{UV} pip install --python {py}{wheel}{require_hashes(plan) or proj.torch_require_hashes(plan)}"
+                " -r /kiln/requirements-torch.txt",
                 ins.drop_torch_tests(plan),
                 *ins.prune_files(plan, ins.torch_folder(plan)),
                 "mkdir -p /etc/pip",
@@ -226,6 +229,8 @@ def _copy_python(plan: BuildPlan, *, packages: bool) -> list[str]:
     lines = []
     if packages and plan.pip_packages:
         lines.append(f"COPY --from=packages-layer {LAYER}/ {VENV}/")
+    if packages:
+        lines += proj.copy_project_layer(plan)
     lines += ext.copy_ext_layer(plan)
     return lines
 
@@ -262,6 +267,7 @@ def stage_dev(plan: BuildPlan) -> list[str]:
         *_env(plan),
         *ins.labels(image_labels(plan)),
         *_app(plan),
+        *proj.project_files(plan),
         *render_steps.dockerfile_steps(plan, "app"),
         *ins.run_config(plan, dev=True),
         f"USER {_user_ref(plan)}",
@@ -273,13 +279,15 @@ def stage_runtime(plan: BuildPlan) -> list[str]:
     return [
         "# runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a",
         "# second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default",
-        f"FROM {'packages' if plan.pip_packages else 'torch'} AS runtime",
+        f"FROM {proj.runtime_parent(plan)} AS runtime",
         *_user(plan),
         *_copy_python(plan, packages=False),
+        *proj.project_install(plan),
         *_env(plan),
         *_cuda_compat(plan),
         *ins.labels(image_labels(plan)),
         *_app(plan),
+        *proj.project_files(plan),
         *render_steps.dockerfile_steps(plan, "app"),
         *ins.run_config(plan),
         f"USER {_user_ref(plan)}",
@@ -325,7 +333,10 @@ def render_dockerfile(plan: BuildPlan) -> str:
         stage_torch(plan),
         stage_packages(plan),
         stage_packages_layer(plan),
+        proj.stage_project_deps(plan),
         *ext.builder_stages(plan),
+        proj.stage_project_build(plan),
+        proj.stage_project_layer(plan),
         stage_dev(plan),
         stage_runtime(plan),
     ]
@@ -351,6 +362,7 @@ def context_files(plan: BuildPlan) -> dict[str, str]:
         ".kiln/sources.sh": SOURCES_SH,
         ".kiln/wheels/.keep": "",
         **ext.context_files(plan),
+        **proj.context_files(plan),
     }
     if plan.cuda_compat and plan.torch.cuda is not None:
         from torchkiln.resolve.compat import entrypoint_script

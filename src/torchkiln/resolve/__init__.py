@@ -70,6 +70,7 @@ from torchkiln.spec import Spec
 
 if TYPE_CHECKING:
     from torchkiln.image_facts import ImageFacts
+    from torchkiln.project import ProjectFacts
 
 
 def _variant_name(cuda: str) -> str:
@@ -773,12 +774,18 @@ def _wheel_source(kb: Knowledge, version: str, label: str, host: str, plat: Rele
     return Decision("wheel source", f"PyTorch's {variant} index", why, "TI")
 
 
-def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None) -> BuildPlan:
+def resolve(spec: Spec, kb: Knowledge, facts: ImageFacts | None = None,
+            project: ProjectFacts | None = None) -> BuildPlan:
     """Decide everything, or raise ``ResolveError`` saying what would work instead.
 
     ``facts``: what was read from the base image when ``[torch] source = "image"`` (None: not read; the
-    knowledge base's row of the image is used where there is one).
+    knowledge base's row of the image is used where there is one). ``project``: what was read from the
+    ``[project]`` folder (``torchkiln.project.read_project``; see ``torchkiln.resolve.project``).
     """
+    if project is not None:
+        from torchkiln.resolve.project import resolve_project
+
+        return resolve_project(spec, kb, facts, project, own=resolve)
     if spec.torch.source == "image":
         from torchkiln.resolve.image import resolve_image
 
