@@ -194,7 +194,8 @@ class Flattener:
             self._copy_region(src, out, m.size, m)
         else:  # a sparse member: only its data regions are read (a 100 GB hole costs nothing)
             raw = getattr(src, "raw", src)  # tarfile's member reader: seeks within the member, not the stream
-            for offset, size in m.sparse:
+            regions: list[tuple[int, int]] = list(m.sparse)  # type: ignore[arg-type]  # typeshed: bytes; tarfile: (offset, size) pairs
+            for offset, size in regions:
                 raw.seek(offset)
                 os.lseek(out, offset, os.SEEK_SET)
                 self._copy_region(raw, out, size, m)

@@ -464,7 +464,8 @@ def _downloads_nothing_cached(inst: Install) -> bool:
 def apt_lists(ctx: Context) -> Iterator[Hit]:
     for step in _final_steps(ctx):
         updates = [
-            cmd for cmd, _, _ in step.commands if cmd.name in ("apt-get", "apt", "aptitude") and "update" in cmd.argv[1:]
+            cmd for cmd, _, _ in step.commands
+            if cmd.name in ("apt-get", "apt", "aptitude") and "update" in cmd.argv[1:]
         ]
         if not updates:
             continue
@@ -808,7 +809,8 @@ _ISOLATION_DOCUMENTED = frozenset(
 )  # fmt: skip
 #: mamba-ssm and causal-conv1d: setup.py (CachedWheelsCommand) fetches a prebuilt wheel for the
 #: installed torch/CUDA unless this is TRUE (state-spaces/mamba setup.py, causal-conv1d setup.py)
-_FORCE_BUILD = {"mamba": "MAMBA_FORCE_BUILD", "mamba-ssm": "MAMBA_FORCE_BUILD", "causal-conv1d": "CAUSAL_CONV1D_FORCE_BUILD"}
+_FORCE_BUILD = {"mamba": "MAMBA_FORCE_BUILD", "mamba-ssm": "MAMBA_FORCE_BUILD",
+                "causal-conv1d": "CAUSAL_CONV1D_FORCE_BUILD"}
 #: `<PKG>_SKIP_CUDA_BUILD=TRUE` (flash-attn, mamba-ssm, causal-conv1d setup.py): nothing is compiled
 _SKIP_CUDA = re.compile(r"^\w+_SKIP_CUDA_BUILD$")
 _CUDA_SIGNALS = re.compile(r"^(FORCE_CUDA|\w*_CUDA_EXT|WITH_CUDA|BUILD_CUDA\w*)$")
@@ -1705,7 +1707,8 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
             if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "add"):
                 continue
             source_builds = " ".join(inst.values("--no-binary"))
-            pinners = sorted(n for n in inst.names & _TORCH_PINNERS if n not in source_builds and ":all:" not in source_builds)
+            pinners = sorted(n for n in inst.names & _TORCH_PINNERS
+                             if n not in source_builds and ":all:" not in source_builds)
             if not pinners or inst.names & TORCH_FAMILY or _constrained(inst):
                 continue
             yield Hit(
@@ -1744,7 +1747,8 @@ def pip_constraint_cleared(ctx: Context) -> Iterator[Hit]:
         for ins in st.instructions:
             for k, v in _defined_pairs(ins):
                 if k == "PIP_CONSTRAINT" and v is not None and not v.strip():
-                    yield Hit(ins.line, f"{ins.keyword} PIP_CONSTRAINT=\"\" turns off {base}'s pip constraints", stage=st.label)
+                    yield Hit(ins.line, f"{ins.keyword} PIP_CONSTRAINT=\"\" turns off {base}'s pip constraints",
+                              stage=st.label)
     for step, base in _steps_on(ctx, _ngc_with_constraints):
         for cmd, _, _ in step.commands:
             for _w, name, value in _assignments(cmd, ("export",)):
@@ -1891,7 +1895,8 @@ def cuda_compat(ctx: Context) -> Iterator[Hit]:
     for step in _final_steps(ctx):
         for cmd, _, _ in step.commands:
             if cmd.name == "ldconfig" and any("/compat" in w.text and "cuda" in w.text for w in cmd.words[1:]):
-                yield Hit(cmd.line, "ldconfig registers the CUDA compat libcuda for every process", stage=step.stage.label)
+                yield Hit(cmd.line, "ldconfig registers the CUDA compat libcuda for every process",
+                          stage=step.stage.label)
     for st in ctx.final_chain:
         for ins in st.instructions:
             if ins.keyword == "ENV":
@@ -1955,7 +1960,8 @@ def kernel_driver(ctx: Context) -> Iterator[Hit]:
         "beside it), builds with no wheel to cache or copy into a runtime stage, and skips the "
         "dependency check. For a CUDA extension it also hides which torch it was built against."
     ),
-    source="setuptools 'SetuptoolsDeprecationWarning: setup.py install is deprecated'; pip docs 'Build system interface'",
+    source=("setuptools 'SetuptoolsDeprecationWarning: setup.py install is deprecated'; "
+            "pip docs 'Build system interface'"),
     fix=(
         "Build a wheel and install it: `pip install --no-build-isolation .` (or `pip wheel "
         "--no-build-isolation -w /wheels .` in a build stage and `pip install /wheels/*.whl` later)."
@@ -2049,11 +2055,13 @@ def rpm_apk_cache(ctx: Context) -> Iterator[Hit]:
                     for cmd, _, _ in step.commands
                 ) or any(t.startswith(_RPM_CACHE) for t in targets)
                 if not cleaned:
-                    yield Hit(inst.line, f"{inst.sub} install without `{inst.sub} clean all` in the same RUN", stage=step.stage.label)
+                    yield Hit(inst.line, f"{inst.sub} install without `{inst.sub} clean all` in the same RUN",
+                              stage=step.stage.label)
             elif inst.tool == "apk":
                 cleaned = inst.has("--no-cache") or any(_removes(cmd, "/var/cache/apk") for cmd, _, _ in step.commands)
                 if not (cleaned or any(t.startswith(("/var/cache/apk", "/etc/apk/cache")) for t in targets)):
-                    yield Hit(inst.line, "apk add without --no-cache keeps the package index in the layer", stage=step.stage.label)
+                    yield Hit(inst.line, "apk add without --no-cache keeps the package index in the layer",
+                              stage=step.stage.label)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2136,7 +2144,8 @@ def bash_syntax_error(text: str) -> str | None:
     r = subprocess.run([bash, "-n", "-c", text], capture_output=True, text=True, check=False)
     if r.returncode == 0:
         return None
-    lines = [ln.split(": ", 2)[-1] for ln in r.stderr.strip().splitlines() if "syntax error" in ln or "unexpected" in ln]
+    lines = [ln.split(": ", 2)[-1] for ln in r.stderr.strip().splitlines()
+             if "syntax error" in ln or "unexpected" in ln]
     msg = "; ".join(lines) or r.stderr.strip().splitlines()[-1]
     if "\n" not in text.strip():
         # BuildKit joins the `\` continuations into one line; bash then counts the end of the text
@@ -2151,6 +2160,9 @@ def bash_syntax_error(text: str) -> str | None:
 
 # ---------------------------------------------------------------------------------------------
 # KL029: an unquoted version specifier is a redirection
+
+
+_INSTALLERS = ("pip", "pip3", "uv", "conda", "mamba", "micromamba")
 
 
 @rule(
@@ -2175,7 +2187,7 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
         for i, t in enumerate(toks):
             if t.kind == "op":
                 installer = False
-            elif t.kind == "word" and t.text.rsplit("/", 1)[-1] in ("pip", "pip3", "uv", "conda", "mamba", "micromamba"):
+            elif t.kind == "word" and t.text.rsplit("/", 1)[-1] in _INSTALLERS:
                 installer = True
             elif installer and t.kind == "redir" and t.text in (">", "<") and i + 1 < len(toks):
                 nxt = toks[i + 1]
@@ -2184,7 +2196,8 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                     spec = f"{prev}{t.text}{nxt.raw}"
                     yield Hit(
                         sn.file_line(t.index),
-                        f"`{spec}` is not a version specifier to the shell: `{t.text}` redirects to a file named '{nxt.raw}'",
+                        f"`{spec}` is not a version specifier to the shell: "
+                        f"`{t.text}` redirects to a file named '{nxt.raw}'",
                         fix=f'Quote it: "{prev or "package"}{t.text}{nxt.raw}".',
                     )
 
