@@ -217,8 +217,9 @@ def test_an_interrupted_export_leaves_no_partial_sif_no_temporary_folder_and_no_
     dest = out / "x.sif"
     code, err = _interrupt([sys.executable, str(driver), str(big_archive), str(dest)], _env(tmp_path), delay, sig)
     _clean_exit(code, err)
-    if dest.exists():
-        assert code == 0 and read_sif(dest).primary_partition() is not None  # a whole SIF, or none
+    if dest.exists():  # a whole SIF, or none; a signal that lands after the SIF was moved into place (while
+        # the interpreter shuts down, main's handlers already restored) may still end the process by signal
+        assert read_sif(dest).primary_partition() is not None, (code, err)
     assert sorted(os.listdir(out)) in ([], ["x.sif"])  # no .kiln-rootfs-*, .kiln-sqfs-* or partial file
     _no_orphans(str(out))
 
