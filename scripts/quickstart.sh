@@ -113,5 +113,7 @@ fi
 "${KILN[@]}" build examples/cpu.toml
 "${KILN[@]}" run examples/cpu.toml --no-interactive
 "${KILN[@]}" run examples/cpu.toml --no-interactive -- python -c "import torch; print('import torch OK:', torch.__version__)"
-printf '\nDone. Next: edit examples/apps/cpu_app.py and run `kiln build examples/cpu.toml` again (only the app layer is rebuilt);\n'
-printf 'pin every input with `kiln lock examples/cpu.toml`, then `kiln build examples/cpu.toml --locked`.\n'
+# the kiln script lives in .venv (not on PATH unless the venv is activated): print what runs as it is
+printf '\nDone. Next: edit examples/apps/cpu_app.py and run `.venv/bin/kiln build examples/cpu.toml` again (only the app layer is rebuilt);\n'
+printf 'pin every input with `.venv/bin/kiln lock examples/cpu.toml`, then `.venv/bin/kiln build examples/cpu.toml --locked`\n'
+printf '(or `source .venv/bin/activate` first, and drop the .venv/bin/).\n'
