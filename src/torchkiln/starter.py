@@ -2,12 +2,18 @@
 
 What it reads, in the folder given:
 
-* ``requirements.txt``: each requirement into ``[packages] pip``; torch and its companions into
-  ``[torch]`` (a ``+cu121`` local version or a PyTorch index URL names the CUDA variant); a local
-  path (``./mylib``) is copied with the app and installed by a ``[[steps]]`` entry after it;
-* ``pyproject.toml``: ``[project] dependencies`` the same way, ``requires-python`` into ``[python]``,
-  the project's name into ``[image]``; the project itself is copied and installed after the app;
-* ``uv.lock``: noted (its pins are not read here: the versions come from the ranges above);
+* a Python project (``pyproject.toml``, ``uv.lock``, ``requirements*.txt``, or one script with PEP 723
+  metadata) becomes a ``[project]`` table (docs/project.md): the project's dependencies, its torch pin
+  and its own package are read from its files when the spec is loaded, so nothing of them is copied
+  into ``[packages]``, ``[torch]`` or ``[[steps]]``. ``extras``, ``requirements`` (a Dockerfile's
+  ``pip install -r FILE`` or ``pip install .[extra]``), ``script`` and ``path`` (a uv workspace's top:
+  the one member no other member depends on) are written only where the default would differ; a
+  ``[torch] version`` is never written where the project pins torch;
+* a folder with a Dockerfile and none of those (or a Dockerfile ``FROM`` NGC's PyTorch image, which
+  ``[project]`` does not take): requirements into ``[packages] pip`` and ``[torch]`` (a ``+cu121``
+  local version or a PyTorch index URL names the CUDA variant); a local path (``./mylib``) is copied
+  with the app and installed by a ``[[steps]]`` entry after it; a pyproject's dependencies the same
+  way, the project itself copied and installed after the app;
 * a ``Dockerfile``: its final stage's ``FROM`` (a ``python:X.Y`` image sets the Python version, NGC's
   PyTorch image becomes ``[torch] source = "image"``, any other image ``[base] image``), ``apt-get
   install`` and ``pip install`` lines, ``COPY``/``ADD`` of local files, ``WORKDIR``, ``ENV``, ``EXPOSE``,
@@ -36,6 +42,7 @@ else:  # pragma: no cover - Python 3.10
 import tomli_w
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from torchkiln.errors import InputError, ResolveError, SpecError
 
@@ -71,6 +78,12 @@ class Starter:
     read_files: set[str] = field(default_factory=set)
     #: the files the starter was read from, in order
     sources: list[str] = field(default_factory=list)
+    #: the ``[project]`` table, or None where the dependencies are mapped onto [packages] (no project files)
+    project: dict[str, Any] | None = None
+    #: requirement files a Dockerfile installs (``pip install -r``): [project] requirements where not the default
+    project_requirements: list[str] = field(default_factory=list)
+    #: the project pins torch (its lock or requirements): no [torch] version/cuda may be written
+    project_torch: bool = False
 
     def spec(self) -> dict[str, Any]:
         data: dict[str, Any] = {"image": {"name": self.name, "tag": "latest"}}
@@ -86,6 +99,8 @@ class Starter:
             data["packages"] = packages
         if self.base:
             data["base"] = dict(self.base)
+        if self.project is not None:
+            data["project"] = dict(self.project)
         app = dict(self.app)
         if self.copy:
             app["copy"] = list(dict.fromkeys(self.copy))
@@ -94,6 +109,15 @@ class Starter:
         if self.steps:
             data["steps"] = self.steps
         return data
+
+
+def has_tool_kiln(folder: Path) -> bool:
+    """The folder's pyproject.toml holds a kiln spec already (``[tool.kiln]``, docs/project.md)."""
+    try:
+        data = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # none, or starter_from says what is wrong with it
+    return "kiln" in (data.get("tool") or {})
 
 
 def image_name(text: str) -> str:
@@ -163,6 +187,14 @@ def _index(st: Starter, url: str, what: str) -> None:
 
 
 def _local_package(st: Starter, path: str, where: str) -> None:
+    own = re.fullmatch(r"\.(?:\[([A-Za-z0-9._,\s-]*)\])?/?", path.strip())
+    if st.project is not None and own:  # the project itself: [project] builds and installs its wheel
+        extras = [e.strip() for e in (own.group(1) or "").split(",") if e.strip()]
+        if extras:
+            st.project["extras"] = list(dict.fromkeys([*st.project.get("extras", []), *extras]))
+        st.found.append(f"{where}: {path} → [project]{' extras ' + ', '.join(extras) if extras else ''} (the "
+                        "project's own package)")
+        return
     rel = path.strip().rstrip("/").removeprefix("./") or "."
     if rel in (".", "") or rel.startswith("/") or ".." in Path(rel).parts:
         st.unmapped.append(f"{where}: {path} (a local package outside a sub-folder: install it with a [[steps]] "
@@ -182,6 +214,10 @@ def read_requirements(st: Starter, folder: Path, name: str) -> bool:
         return True
     st.read_files.add(name)
     st.sources.append(name)
+    if st.project is not None:  # [project] reads it (includes, constraints, hashes) when the spec is loaded
+        st.project_requirements.append(name)
+        st.found.append(f"{name} → [project] (installed as pip reads it)")
+        return True
     count = 0
     for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
         line = raw.strip()
@@ -210,8 +246,11 @@ def read_pyproject(st: Starter, folder: Path) -> bool:
             from None
     st.sources.append("pyproject.toml")
     project = data.get("project") or {}
-    if isinstance(project.get("name"), str):
+    if isinstance(project.get("name"), str) and not (st.project or {}).get("path"):
         st.name = image_name(project["name"])
+    if st.project is not None:
+        _pyproject_as_project(st, data)
+        return True
     for dep in project.get("dependencies") or []:
         if isinstance(dep, str):
             add_requirement(st, dep, "pyproject.toml")
@@ -238,6 +277,33 @@ def read_pyproject(st: Starter, folder: Path) -> bool:
                         "installs it")
     st.found.append(f"pyproject.toml: {len(project.get('dependencies') or [])} dependencies")
     return True
+
+
+def _pyproject_as_project(st: Starter, data: dict[str, Any]) -> None:
+    """What ``[project]`` reads itself is only noted; the extras and groups it could install are listed."""
+    project = data.get("project") or {}
+    deps = project.get("dependencies") or []
+    if st.project and st.project.get("path"):
+        st.found.append("pyproject.toml: the uv workspace's top (its lock and members are read through [project])")
+        return
+    st.found.append(f"pyproject.toml: {len(deps)} dependencies, requires-python, its torch index and its own "
+                    "package → [project] (read when the spec is loaded)")
+    extras = sorted(project.get("optional-dependencies") or {})
+    if extras:
+        st.unmapped.append(f"pyproject.toml: optional dependencies ({', '.join(extras)}) are not installed; name the "
+                           "ones the image needs in [project] extras")
+    for index in ((data.get("tool") or {}).get("uv") or {}).get("index") or []:
+        url = index.get("url") if isinstance(index, dict) else None
+        if isinstance(url, str) and "download.pytorch.org" in url:  # the variant of an unpinned torch
+            _index(st, url, f"pyproject.toml [[tool.uv.index]] {url}")
+    scripts = project.get("scripts") or {}
+    if isinstance(scripts, dict) and len(scripts) == 1:
+        st.app.setdefault("command", [next(iter(scripts))])
+        st.found.append(f"pyproject.toml: [project.scripts] {next(iter(scripts))} → [app] command")
+    groups = sorted(data.get("dependency-groups") or {})
+    if groups:
+        st.unmapped.append(f"pyproject.toml: dependency groups ({', '.join(groups)}) are not installed; name the "
+                           "ones the image needs in [project] groups")
 
 
 def _python_for(requires: str) -> str | None:
@@ -314,6 +380,10 @@ def _map_pip(st: Starter, args: list[str], folder: Path) -> bool:
         if a in _PIP_SKIP:
             i += 1
             continue
+        if a in ("-e", "--editable") and i + 1 < len(args):
+            items.append(("req", args[i + 1]))
+            i += 2
+            continue
         if a in ("-r", "--requirement") and i + 1 < len(args):
             items.append(("req-file", args[i + 1]))
             i += 2
@@ -389,7 +459,11 @@ def read_dockerfile(st: Starter, folder: Path) -> bool:
             copied = len(st.copy)
             for s in srcs:
                 rel = s.strip().removeprefix("./").rstrip("/") or "."
-                if rel in (".", "*"):
+                if rel in (".", "*") and st.project is not None:
+                    st.found.append(f"{where}: {c.original} → [project] (the project's files: its package is built "
+                                    "into a wheel, a script project's files are copied into [app] workdir)")
+                    phase = "app"
+                elif rel in (".", "*"):
                     entries = sorted(p.name for p in folder.iterdir() if p.name not in _NOT_APP
                                      and not p.name.startswith(".") and p.name not in consumed)
                     st.copy += entries
@@ -475,56 +549,163 @@ def _healthcheck(st: Starter, c: Any, where: str) -> None:
 # -- the whole -------------------------------------------------------------------------------------------
 
 
-def starter_from(folder: Path) -> Starter:
+def starter_from(folder: Path, *, as_project: bool = True) -> Starter:
     """Read a repository's folder into a starter spec that resolves (see the module)."""
     if not folder.is_dir():
         raise InputError(f"{folder} is not a folder.", hint="Give the repository's folder: kiln init --from PATH.")
     st = Starter(name=image_name(folder.resolve().name))
+    script = _pep723_script(folder)
+    is_project = (folder / "pyproject.toml").is_file() or (folder / "uv.lock").is_file() or bool(
+        _requirement_files(folder)) or script is not None
+    if as_project and is_project:
+        st.project = {}
+        _project_table(st, folder, script)
     read = [read_pyproject(st, folder)]
     if (folder / "uv.lock").is_file():
         st.sources.append("uv.lock")
-        st.found.append("uv.lock: found; its pins are not read yet (the versions come from pyproject.toml's ranges; "
-                        "`kiln lock` pins the image)")
+        if st.project is not None:
+            st.found.append("uv.lock → [project] (installed exactly as locked, hashes checked)")
+        else:
+            st.found.append("uv.lock: found; its pins are not read yet (the versions come from pyproject.toml's "
+                            "ranges; `kiln lock` pins the image)")
     read.append(read_dockerfile(st, folder))  # reads the requirement files its pip install -r names
-    if not (folder / "pyproject.toml").is_file():  # a pyproject's dependencies are the project's own list
+    if st.project is not None and st.torch.get("source") == "image":  # [project] does not take a vendor's torch
+        legacy = starter_from(folder, as_project=False)
+        legacy.unmapped.insert(0, "[project] is not written: it does not take the torch of NGC's image ([torch] "
+                                  "source = \"image\"); the dependencies are listed in [packages] pip instead")
+        return legacy
+    if st.project is None and not (folder / "pyproject.toml").is_file():  # a pyproject's list is the project's own
         read.append(read_requirements(st, folder, "requirements.txt"))
+    if st.project is not None:
+        read.append(True)
+        _project_requirements(st, folder)
     if not any(read):
         raise InputError(
-            f"{folder} holds no pyproject.toml, requirements.txt or Dockerfile to start from.",
+            f"{folder} holds no pyproject.toml, uv.lock, requirements*.txt, PEP 723 script or Dockerfile to start "
+            "from.",
             hint="Give the folder of a Python project, or write a commented starter with `kiln init` (no --from).",
         )
-    if "command" not in st.app and "entrypoint" not in st.app:
-        for script in ("train.py", "main.py", "app.py", "serve.py"):
-            if (folder / script).is_file():
-                st.app["command"] = ["python", script]
-                if script not in st.copy:
-                    st.copy.append(script)
+    if "command" not in st.app and "entrypoint" not in st.app and script is None:
+        for name in ("train.py", "main.py", "app.py", "serve.py"):
+            if (folder / name).is_file():
+                st.app["command"] = ["python", name]
+                if name not in st.copy and st.project is None:  # [project] copies a script project's files
+                    st.copy.append(name)
                 break
     _make_it_resolve(st, folder)
     return st
+
+
+def _requirement_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("requirements*.txt") if p.is_file())
+
+
+def _pep723_script(folder: Path) -> str | None:
+    """The one top-level script with a ``# /// script`` block (PEP 723), where the folder has no pyproject."""
+    if (folder / "pyproject.toml").is_file():
+        return None
+    found = sorted(p.name for p in folder.glob("*.py") if p.is_file()
+                   and re.search(r"(?m)^# /// script$", p.read_text(encoding="utf-8", errors="replace")))
+    return found[0] if len(found) == 1 else None
+
+
+def _project_table(st: Starter, folder: Path, script: str | None) -> None:
+    """``[project] path`` (a uv workspace's top) and ``script``, where the defaults would not do."""
+    assert st.project is not None
+    if script is not None:
+        st.project["script"] = script
+        st.sources.append(script)
+        st.found.append(f"{script}: PEP 723 metadata → [project] script (its dependencies; `python {script}` is the "
+                        "command)")
+        return
+    pp = folder / "pyproject.toml"
+    if not pp.is_file():
+        return
+    try:
+        data = tomllib.loads(pp.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return  # read_pyproject says so
+    uv = (data.get("tool") or {}).get("uv") or {}
+    if not isinstance(uv.get("workspace"), dict) or (data.get("project") or {}).get("dependencies"):
+        return
+    from torchkiln.project import _load_toml, _workspace_members
+
+    members = _workspace_members(folder, folder)
+    needed: set[str] = set()
+    for m in members.values():
+        for dep in ((_load_toml(m / "pyproject.toml", str(m)).get("project") or {}).get("dependencies") or []):
+            try:
+                needed.add(canonicalize_name(Requirement(str(dep)).name))
+            except InvalidRequirement:
+                continue
+    tops = sorted(p for n, p in members.items() if n not in needed)
+    if len(tops) != 1:
+        raise InputError(
+            f"{folder} is a uv workspace whose top has no dependencies, and {len(tops)} of its members "
+            f"({', '.join(p.relative_to(folder.resolve()).as_posix() for p in tops) or 'none'}) could be the image.",
+            hint="Write kiln.toml at the workspace's top with [project] path = \"MEMBER\" (docs/project.md), or run "
+                 "`kiln init` there and add it.")
+    rel = tops[0].relative_to(folder.resolve()).as_posix()
+    st.project["path"] = rel
+    member = _load_toml(tops[0] / "pyproject.toml", rel)
+    st.name = image_name(str((member.get("project") or {}).get("name") or tops[0].name))
+    scripts = (member.get("project") or {}).get("scripts") or {}
+    if isinstance(scripts, dict) and len(scripts) == 1:
+        st.app["command"] = [next(iter(scripts))]
+        st.found.append(f"{rel}/pyproject.toml: [project.scripts] {next(iter(scripts))} → [app] command")
+    st.found.append(f"pyproject.toml: a uv workspace; {rel} is the member no other depends on → [project] path")
+
+
+def _project_requirements(st: Starter, folder: Path) -> None:
+    """``[project] requirements`` only where the Dockerfile installs others than the default requirements.txt."""
+    assert st.project is not None
+    root = folder / st.project.get("path", ".")
+    files = list(dict.fromkeys(st.project_requirements))
+    if not files and not (root / "requirements.txt").is_file() and not (root / "pyproject.toml").is_file() \
+            and "script" not in st.project:
+        files = [f for f in _requirement_files(root) if not re.search(r"dev|test|lint|doc", f)][:1]
+    if (root / "uv.lock").is_file():
+        if files:
+            st.unmapped.append(f"{', '.join(files)}: not read (the uv.lock is what [project] installs)")
+        return
+    if files and files != ["requirements.txt"]:
+        st.project["requirements"] = files
+    elif not files and (root / "requirements.txt").is_file():
+        st.sources.append("requirements.txt")
+        st.found.append("requirements.txt → [project] (installed as pip reads it: its -r/-c includes, hashes, "
+                        "PyTorch index)")
 
 
 def _make_it_resolve(st: Starter, folder: Path) -> None:
     """Check the spec as ``kiln resolve`` would; apply the resolver's first checked fix where it offers one."""
     from torchkiln.knowledge import load_knowledge
     from torchkiln.lint.steps import check_steps
+    from torchkiln.load import read_project_of
     from torchkiln.resolve import resolve
     from torchkiln.spec import parse_spec
 
     if st.torch.get("source") == "image":
         parse_spec(st.spec(), "kiln.toml (from " + str(folder) + ")")
         return  # resolved against the image's facts when it is loaded (the engine reads them)
+    if st.project is not None:
+        _not_twice(st, folder)
     for _ in range(3):
         spec = parse_spec(st.spec(), f"kiln.toml (from {folder})")
         try:
-            check_steps(resolve(spec, load_knowledge()))
+            check_steps(resolve(spec, load_knowledge(), project=read_project_of(spec, folder)))
             return
         except ResolveError as e:
+            if not e.fixes and st.project is not None and st.python:
+                # the project's torch is the project's; the Python a Dockerfile named is not: leave it to the resolver
+                st.fixed.append(f"{e.message} Applied: [python] version {st.python} (from the Dockerfile) left out, "
+                                "so that the resolver chooses one the project's torch has wheels for")
+                st.python = None
+                continue
             if not e.fixes:
                 raise
             patch = e.fixes[0]
             for table, values in patch.items():
-                if table == "torch" and isinstance(values, dict):
+                if table == "torch" and isinstance(values, dict) and not st.project_torch:
                     st.torch.update(values)
                 elif table == "python" and isinstance(values, dict):
                     st.python = values.get("version", st.python)
@@ -535,6 +716,38 @@ def _make_it_resolve(st: Starter, folder: Path) -> None:
             st.fixed.append(f"{e.message} Applied: {patch}")
         except SpecError:
             raise
+
+
+def _not_twice(st: Starter, folder: Path) -> None:
+    """What the project installs itself is not written again: a torch it pins, packages it lists."""
+    from torchkiln.load import read_project_of
+    from torchkiln.spec import parse_spec
+
+    facts = read_project_of(parse_spec(st.spec(), f"kiln.toml (from {folder})"), folder)
+    if facts is None:
+        return
+    st.unmapped += [f"[project]: {n}" for n in facts.notes]
+    if facts.torch is not None:
+        st.project_torch = True
+        dropped = {k: st.torch.pop(k) for k in ("version", "cuda") if k in st.torch}
+        st.found.append(f"{facts.torch.where} → the image's torch (pinned by the project: no [torch] version)"
+                        + (f"; the Dockerfile's {dropped} is left out" if dropped else ""))
+    have = {r.name for r in (*facts.requirements, *facts.torch_requirements)}
+    if facts.torch is not None:
+        have.add(TORCH)
+    companions = [c for c in st.companions if c in have]
+    pip = [p for p in st.pip if _name(p) in have]
+    if companions or pip:
+        st.companions = [c for c in st.companions if c not in have]
+        st.pip = [p for p in st.pip if _name(p) not in have]
+        st.found.append(f"Dockerfile: {', '.join([*companions, *pip])} left out ([project] installs them)")
+
+
+def _name(requirement: str) -> str:
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return requirement
 
 
 def render_starter(st: Starter, folder: Path) -> str:

@@ -132,7 +132,7 @@ def init_cmd(
 
 
 def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
-    from torchkiln.starter import image_name, render_starter, starter_from
+    from torchkiln.starter import has_tool_kiln, image_name, render_starter, starter_from
 
     target = folder / "kiln.toml" if path == Path("kiln.toml") else init_target(path)
     if target.resolve().parent != folder.resolve():
@@ -141,6 +141,11 @@ def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
                         "in that folder.")
     if target.exists() and not force:
         raise KilnError(f"{target} already exists.", hint="Use --force to overwrite it, or give another path.")
+    if has_tool_kiln(folder) and not force:
+        raise KilnError(f"{folder / 'pyproject.toml'} already holds a kiln spec ([tool.kiln]): `kiln resolve {folder}` "
+                        "and `kiln build` use it as it is; nothing was written.",
+                        hint="Edit [tool.kiln] in pyproject.toml, or use --force to write kiln.toml beside it "
+                             "(kiln.toml then wins over [tool.kiln]).")
     st = starter_from(folder)
     if name:
         st.name = image_name(name) if "/" not in name else name
