@@ -95,9 +95,10 @@ def init_cmd(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
     from_: Annotated[
         Path | None,
-        typer.Option("--from", help="An existing repository: read its pyproject.toml / requirements.txt / "
-                                    "Dockerfile into a starter spec written in that folder (PATH defaults to "
-                                    "FOLDER/kiln.toml); what cannot be mapped is listed.", show_default=False),
+        typer.Option("--from", help="An existing repository: its pyproject.toml / uv.lock / requirements*.txt "
+                                    "become a [project] table, its Dockerfile maps onto the spec; written in that "
+                                    "folder (PATH defaults to FOLDER/kiln.toml); what cannot be mapped is listed.",
+                     show_default=False),
     ] = None,
 ) -> None:
     """Write a commented starter kiln.toml, or (--from FOLDER) one read from an existing repository."""
