@@ -44,6 +44,7 @@ def test_zstd_and_zstd_chunked_through_podman(local_image: str, registry) -> Non
     for compression, tag in (("gzip", "gzip"), ("zstd:chunked", "chunked"), ("zstd", "zstd")):
         ref = registry.ref(f"{repo}:{tag}")
         r = kiln("push", local_image, "--to", ref, "--compression", compression, "--engine", "docker", "--json")
+        subprocess.run(["docker", "rmi", ref], capture_output=True)  # push --to tagged it in docker's store
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["compression"] == compression
         _, manifest = registry.manifest(repo, tag)
