@@ -43,6 +43,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -155,16 +156,7 @@ def run_pypi(args: argparse.Namespace, kb, emit) -> int:
         version = newest[(s, plat)]
         wheels = by[(version, plat)]
         pythons = sorted({_wheel_python(WHEEL.match(w.filename)) for w in wheels}, key=python_key)
-        wheels = sorted(wheels, key=lambda w: -build_number(w.filename))  # pip installs the highest build tag
-        pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
-        key = f"{pick.filename} sha256={pick.sha256}"
-        if key in args.cached:
-            m = Measured(**args.cached[key])
-        else:
-            m = measure_url(pick.url, pick.filename, pick.size)
-            args.cached[key] = asdict(m)
-            if args.cache:
-                args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")
+        m = _measure_one(args, wheels)
         problems = compare(kb, version, plat, m, pythons)
         emit(_line(version, plat, m, problems, pythons))
         args.bad += bool(problems)
@@ -213,16 +205,7 @@ def run_variant_index(args: argparse.Namespace, kb, emit) -> int:
                     newest[(s, plat_name)] = v
         for (_s, plat_name), v in sorted(newest.items(), key=lambda k: (Version(k[0][0]), k[0][1])):
             wheels = by[(v, plat_name)]
-            wheels = sorted(wheels, key=lambda w: -build_number(w.filename))
-            pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
-            key = f"{pick.filename} sha256={pick.sha256}"
-            if key in args.cached:
-                m = Measured(**args.cached[key])
-            else:
-                m = measure_url(pick.url, pick.filename, pick.size)
-                args.cached[key] = asdict(m)
-                if args.cache:
-                    args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")
+            m = _measure_one(args, wheels)
             problems = compare(kb, v, plat_name, m, None)
             emit(_line(v, plat_name, m, problems, None))
             args.bad += bool(problems)
@@ -267,6 +250,21 @@ def _installed() -> list[Path]:
     link = Path(tempfile.mkdtemp()) / f"torch-{dist.version.split('+')[0]}-cp311-cp311-manylinux_2_28_x86_64.so"
     link.symlink_to(so)
     return [link]
+
+
+def _measure_one(args: argparse.Namespace, wheels: list[Any]) -> Measured:
+    """Measure the cp311 wheel of a release (else its first), from the cache when its name and sha256 are there;
+    of a rebuilt release (build tags), the highest build, which pip installs."""
+    wheels = sorted(wheels, key=lambda w: -build_number(w.filename))
+    pick = next((w for w in wheels if "-cp311-cp311-" in w.filename), wheels[0])
+    key = f"{pick.filename} sha256={pick.sha256}"
+    if key in args.cached:
+        return Measured(**args.cached[key])
+    m = measure_url(pick.url, pick.filename, pick.size)
+    args.cached[key] = asdict(m)
+    if args.cache:
+        args.cache.write_text(json.dumps(args.cached, indent=1, sort_keys=True) + "\n")
+    return m
 
 
 def main() -> int:
