@@ -120,3 +120,11 @@ def human_size(n: int | float) -> str:
             return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
         v /= 1000
     return f"{v:.1f} TB"
+
+
+# the package-source options of kiln build and kiln lock (the same four, the same help)
+IndexUrlOpt = Annotated[str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")]
+ExtraIndexUrlOpt = Annotated[list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")]
+FindLinksOpt = Annotated[list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")]
+TorchIndexOpt = Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")]
+

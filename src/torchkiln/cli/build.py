@@ -28,8 +28,12 @@ from torchkiln.building.sources import layer_from_flags
 from torchkiln.cli import app
 from torchkiln.cli._common import (
     BuilderFromOpt,
+    ExtraIndexUrlOpt,
+    FindLinksOpt,
     FromOpt,
+    IndexUrlOpt,
     JsonOpt,
+    TorchIndexOpt,
     console,
     duration,
     err_console,
@@ -265,16 +269,10 @@ def build_cmd(
         Path | None,
         typer.Option("--context", help="Render the build context here (default: torchkiln's cache folder)."),
     ] = None,
-    index_url: Annotated[
-        str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")
-    ] = None,
-    extra_index_url: Annotated[
-        list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")
-    ] = None,
-    find_links: Annotated[
-        list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")
-    ] = None,
-    torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexUrlOpt = None,
+    find_links: FindLinksOpt = None,
+    torch_index: TorchIndexOpt = None,
     ca_bundle: Annotated[
         str | None, typer.Option("--ca-bundle", help="PEM CA bundle for TLS-intercepting proxies (a build secret).")
     ] = None,

@@ -11,7 +11,16 @@ from rich.markup import escape
 from torchkiln.building.locking import lock_spec
 from torchkiln.building.sources import layer_from_flags, resolve_sources
 from torchkiln.cli import app
-from torchkiln.cli._common import JsonOpt, console, err_console, print_json
+from torchkiln.cli._common import (
+    ExtraIndexUrlOpt,
+    FindLinksOpt,
+    IndexUrlOpt,
+    JsonOpt,
+    TorchIndexOpt,
+    console,
+    err_console,
+    print_json,
+)
 from torchkiln.cli.build import EngineOpt, make_runner
 from torchkiln.cli.config import command_settings
 from torchkiln.engines import get_engine
@@ -31,16 +40,10 @@ def lock_cmd(
                                     "default: the base setting, `kiln config`).")
     ] = None,
     engine_name: EngineOpt = None,
-    index_url: Annotated[
-        str | None, typer.Option("--index-url", help="Package index (URL or local PEP 503 folder).")
-    ] = None,
-    extra_index_url: Annotated[
-        list[str] | None, typer.Option("--extra-index-url", help="Additional index (repeatable).")
-    ] = None,
-    find_links: Annotated[
-        list[str] | None, typer.Option("--find-links", help="Wheel folder or URL (repeatable).")
-    ] = None,
-    torch_index: Annotated[str | None, typer.Option("--torch-index", help="Index of the torch variant.")] = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexUrlOpt = None,
+    find_links: FindLinksOpt = None,
+    torch_index: TorchIndexOpt = None,
     ca_bundle: Annotated[str | None, typer.Option("--ca-bundle", help="PEM CA bundle for the indexes.")] = None,
     index_strategy: Annotated[str | None, typer.Option("--index-strategy", help="uv index strategy.")] = None,
     no_knowledge_update: Annotated[
