@@ -156,6 +156,11 @@ def test_the_digest_is_what_the_image_depends_on_not_the_builder(tmp_path: Path,
     c = plan_cell(cells[1], spec_dir, BuildOptions(), DockerEngine(CLASSIC, Runner()),
                   cwd=tmp_path, group=0, env={})
     assert a.digest == b.digest == cell_digest(a.invocation) and a.digest != c.digest
+    # the secrets' files live in each run's own scratch folder: a re-run (another process) has other paths
+    import dataclasses
+    runs = [dataclasses.replace(a.invocation, secrets={"uv_toml": tmp_path / f"scratch-{pid}" / "uv.toml"})
+            for pid in (101, 202)]
+    assert cell_digest(runs[0]) == cell_digest(runs[1])
     assert a.invocation.context != c.invocation.context  # each cell has a context folder of its own
     pushed = plan_cell(cells[0], spec_dir, BuildOptions(push=True), DockerEngine(CLASSIC, Runner()),
                        cwd=tmp_path, group=0, env={})

@@ -282,6 +282,8 @@ def cell_digest(inv: BuildInvocation) -> str:
     d = inv.to_dict()
     for key in ("engine", "command", "env", "cwd", "writes", "scratch", "context", "files"):
         d.pop(key, None)
+    # secrets by id only: their files live in the run's own scratch folder (a new path on every run)
+    d["secrets"] = sorted(d.get("secrets", {}))
     h.update(json.dumps(d, sort_keys=True).encode())
     for rel, text in sorted(inv.files.texts.items()):
         h.update(f"\0{rel}\0".encode() + text.encode())
