@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchkiln.engines import compress
+from torchkiln.engines.engine import is_loopback
 from torchkiln.errors import ExitCode, ToolMissingError
 
 
@@ -15,7 +16,7 @@ from torchkiln.errors import ExitCode, ToolMissingError
     ("127.3.2.1", True), ("registry.example.com:5000", False), ("10.0.0.1:5000", False), ("docker.io", False),
 ])
 def test_only_loopback_registries_are_reached_over_plain_http(registry: str, loopback: bool) -> None:
-    assert compress.is_loopback(registry) is loopback
+    assert is_loopback(registry) is loopback
     flags = compress.skopeo_dest_flags(f"{registry}/team/app:1")
     assert flags == (["--dest-tls-verify=false"] if loopback else [])
 

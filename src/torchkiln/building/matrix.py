@@ -53,7 +53,7 @@ from torchkiln.building.execute import BuildSummary, execute
 from torchkiln.building.invocation import BuildInvocation, BuildOptions, engine_base_digest, plan_invocation
 from torchkiln.cache import kiln_cache_dir
 from torchkiln.engines import MATRIX_ENGINE, BuildEvent, Engine, get_engine
-from torchkiln.engines.engine import StepRecord, registry_failure, registry_of
+from torchkiln.engines.engine import StepRecord, is_loopback, registry_failure, registry_of
 from torchkiln.errors import BuildError, EngineMissingError, InputError, KilnError
 from torchkiln.matrix import ResolvedCell, manifest_groups, torch_layer_key
 from torchkiln.provenance import Provenance
@@ -585,18 +585,13 @@ def _build_one(run: CellRun, builder: ReadyBuilder, record: MatrixRecord, notify
 # -- multi-platform manifests ----------------------------------------------------------------------
 
 
-def _loopback(registry: str) -> bool:
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
-
-
 def manifest_commands(binary: str, ref: str, images: Sequence[str]) -> list[list[str]]:
     """``docker manifest create`` + ``push`` for ``ref`` (pure).
 
     ``--insecure`` only for a loopback registry: the daemon treats 127.0.0.0/8 as an insecure (plain
     HTTP) registry on its own, the ``docker manifest`` client does not.
     """
-    insecure = ["--insecure"] if _loopback(registry_of(ref)) else []
+    insecure = ["--insecure"] if is_loopback(registry_of(ref)) else []
     return [[binary, "manifest", "create", "--amend", *insecure, ref, *images],
             [binary, "manifest", "push", "--purge", *insecure, ref]]
 

@@ -8,7 +8,7 @@ compression    podman                                       docker
 ============== ============================================ ============================================
 gzip           ``podman push``                              ``docker push``
 zstd,          ``podman push --compression-format F``       ``docker save | podman load``, then the same
-zstd:chunked   (``engines/podman.py``: ``push_compressed``) (the copy removed from podman afterwards)
+zstd:chunked   (``push_compressed`` below) (the copy removed from podman afterwards)
 estargz        ``save`` → ``ctr-remote images import`` → ``ctr-remote images convert --estargz --oci``
                → ``ctr-remote images export`` → ``skopeo copy oci-archive:… docker://REF`` (blobs kept)
 ============== ============================================ ============================================
@@ -26,18 +26,20 @@ anything slow runs.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-from torchkiln.engines.engine import registry_failure, registry_of
-from torchkiln.errors import ToolMissingError
+from torchkiln.engines.engine import is_loopback, pushed_digest, registry_failure, registry_of
+from torchkiln.errors import InputError, ToolMissingError
 from torchkiln.runner import Runner
+
+if TYPE_CHECKING:
+    from torchkiln.engines.oci import OciEngine
 
 Compression = Literal["gzip", "zstd", "zstd:chunked", "estargz"]
 COMPRESSIONS: tuple[str, ...] = get_args(Compression)
@@ -89,18 +91,6 @@ def check_tools(engine: str, compression: str, env: Mapping[str, str] | None = N
                 hint="Start containerd (Debian: apt-get install -y containerd; dockerd 20.10 runs one under "
                      "/run/docker/containerd), or set CONTAINERD_ADDRESS to its socket.",
             )
-
-
-def is_loopback(registry: str) -> bool:
-    """True for ``localhost``/``127.x``/``[::1]`` registries (plain HTTP, as Docker allows by default)."""
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 or registry.startswith("[") else registry
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def skopeo_dest_flags(ref: str) -> list[str]:
@@ -159,3 +149,43 @@ def push_converted(runner: Runner, engine: str, binary: str, image: str, ref: st
             if listed:
                 runner.run([*ctr, "images", "rm", "--sync", *listed], check=False)
             runner.run(["ctr-remote", "--address", address, "namespaces", "rm", namespace], check=False)
+
+
+#: the compressions podman pushes itself (``--compression-format``); gzip is every engine's own push
+PODMAN_COMPRESSIONS = ("zstd", "zstd:chunked")
+
+
+def push_compressed(source: OciEngine, image: str, compression: str) -> str:
+    """Push ``image`` with zstd or zstd:chunked layers through podman (docker pushes gzip only).
+
+    From docker, the image is first streamed into podman's store (``docker save | podman load``) and
+    removed from it afterwards. A registry on the loopback interface is reached without TLS, as docker
+    does by default; any other needs TLS (and podman's own login, or docker's config.json, which
+    podman also reads). Returns the pushed manifest's digest.
+    """
+    from torchkiln.engines import get_engine
+    from torchkiln.engines.oci import OciEngine
+
+    if compression not in PODMAN_COMPRESSIONS:
+        raise InputError(f"unknown layer compression {compression!r}.",
+                         hint=f"Use one of: {', '.join(PODMAN_COMPRESSIONS)}.")
+    podman = source if source.name == "podman" else get_engine("podman", source.runner)
+    assert isinstance(podman, OciEngine)
+    loaded = False
+    if podman is not source:
+        with source.save_stream(image) as fd:
+            podman.runner.run([podman.info.binary, "load"], stdin=Path(f"/dev/fd/{fd}"),
+                              what=f"{source.name} save {image} | podman load")
+        loaded = True
+    try:
+        tls = ["--tls-verify=false"] if is_loopback(registry_of(image)) else []
+        r = podman.runner.run(
+            [podman.info.binary, "push", "--compression-format", compression, *tls, image],
+            what=f"podman push --compression-format {compression} {image}",
+            hint=f"Check the registry part of {image} and podman's login (podman login REGISTRY).",
+            classify=lambda result: registry_failure("podman", image, result),
+        )
+        return pushed_digest(r.output)
+    finally:
+        if loaded:
+            podman.runner.run([podman.info.binary, "rmi", image], check=False, what=f"podman rmi {image}")

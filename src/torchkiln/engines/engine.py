@@ -11,6 +11,7 @@ engine output themselves.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -511,6 +512,18 @@ def registry_of(ref: str) -> str:
     if sep and ("." in first or ":" in first or first == "localhost"):
         return first
     return "docker.io"
+
+
+def is_loopback(registry: str) -> bool:
+    """True for ``localhost``/``127.x``/``[::1]`` registries (plain HTTP, as Docker allows by default)."""
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 or registry.startswith("[") else registry
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def repository_of(ref: str) -> str:

@@ -277,7 +277,7 @@ class OciEngine(Engine):
         The registry keeps blobs but no tag from a push that failed part-way, so the tag either
         names the whole image or (as before) nothing new. Credentials are never passed here: the
         engine reads what ``docker login`` / ``podman login`` stored. ``compression`` other than gzip
-        (zstd, zstd:chunked) goes through podman (``engines.podman.push_compressed``); estargz through
+        (zstd, zstd:chunked) goes through podman (``engines.compress.push_compressed``); estargz through
         ctr-remote and skopeo (``engines.compress.push_converted``).
         """
         if compression == "estargz":
@@ -286,7 +286,7 @@ class OciEngine(Engine):
             compress.check_tools(self.name, compression)
             return compress.push_converted(self.runner, self.name, self.info.binary, image, image, compression)
         if compression != "gzip":
-            from torchkiln.engines.podman import push_compressed
+            from torchkiln.engines.compress import push_compressed
 
             return push_compressed(self, image, compression)
         r = self.runner.run(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.engines.engine import BuildRequest, EngineInfo, registry_of, repository_of
+from torchkiln.engines.engine import BuildRequest, EngineInfo, repository_of
 from torchkiln.engines.oci import OciEngine, OciFlavour, Probe, common_build_flags, parse_version
 from torchkiln.engines.progress import PodmanProgress
 from torchkiln.runner import Runner
@@ -119,51 +119,6 @@ PODMAN = OciFlavour(
     install_hint=INSTALL_HINT,
     run_flags=explicit_ulimits,
 )
-
-
-#: layer compressions ``kiln push --compression`` offers; all but gzip need podman's --compression-format
-COMPRESSIONS = ("gzip", "zstd", "zstd:chunked")
-
-
-def _loopback(ref: str) -> bool:
-    host = registry_of(ref).rsplit(":", 1)[0]
-    return host == "localhost" or host.startswith("127.") or host == "[::1]"
-
-
-def push_compressed(source: OciEngine, image: str, compression: str) -> str:
-    """Push ``image`` with zstd or zstd:chunked layers through podman (docker pushes gzip only).
-
-    From docker, the image is first streamed into podman's store (``docker save | podman load``) and
-    removed from it afterwards. A registry on the loopback interface is reached without TLS, as docker
-    does by default; any other needs TLS (and podman's own login, or docker's config.json, which
-    podman also reads). Returns the pushed manifest's digest.
-    """
-    from torchkiln.engines import get_engine
-    from torchkiln.engines.engine import pushed_digest, registry_failure
-    from torchkiln.errors import InputError
-
-    if compression not in COMPRESSIONS:
-        raise InputError(f"unknown layer compression {compression!r}.", hint=f"Use one of: {', '.join(COMPRESSIONS)}.")
-    podman = source if source.name == "podman" else get_engine("podman", source.runner)
-    assert isinstance(podman, OciEngine)
-    loaded = False
-    if podman is not source:
-        with source.save_stream(image) as fd:
-            podman.runner.run([podman.info.binary, "load"], stdin=Path(f"/dev/fd/{fd}"),
-                              what=f"{source.name} save {image} | podman load")
-        loaded = True
-    try:
-        tls = ["--tls-verify=false"] if _loopback(image) else []
-        r = podman.runner.run(
-            [podman.info.binary, "push", "--compression-format", compression, *tls, image],
-            what=f"podman push --compression-format {compression} {image}",
-            hint=f"Check the registry part of {image} and podman's login (podman login REGISTRY).",
-            classify=lambda result: registry_failure("podman", image, result),
-        )
-        return pushed_digest(r.output)
-    finally:
-        if loaded:
-            podman.runner.run([podman.info.binary, "rmi", image], check=False, what=f"podman rmi {image}")
 
 
 class PodmanEngine(OciEngine):
