@@ -2202,8 +2202,6 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                     )
 
 
-from torchkiln.lint import rules_more as _rules_more  # noqa: E402,F401  (registers KL030-KL034)
-
 
 def ordered_rules() -> list[Rule]:
     return [RULES[k] for k in sorted(RULES)]

@@ -1,8 +1,9 @@
-"""Rules added for issue 29 (KL030-KL034): problems a Dockerfile shows with certainty that the first
+"""Rules added for issue 29 (KL030-KL036): problems a Dockerfile shows with certainty that the first
 rules missed on public files: commands a comment swallows, conda caches, unverified downloads,
 secret files copied into the image, and an extension wheel built for another torch.
 
-Registered on import (``torchkiln.lint.rules`` imports this module at its end)."""
+Registered on import: the package (``torchkiln/lint/__init__.py``) imports this module after ``rules``, so
+every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it back."""
 
 from __future__ import annotations
 
