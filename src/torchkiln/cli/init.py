@@ -117,8 +117,15 @@ def init_cmd(
     except OSError as e:
         raise OutputError(f"cannot write {target} ({e.strerror}).",
                           hint="Check the path and its permissions.") from None
-    try:  # whole or not at all: a full disk leaves no empty kiln.toml behind
-        write_atomic(target, STARTER.format(name=name), what="spec", exclusive=not force)
+    _write_spec(target, STARTER.format(name=name), exclusive=not force)
+    console.print(f"wrote {target}; check it with: kiln resolve {target}")
+
+
+def _write_spec(target: Path, text: str, *, exclusive: bool) -> None:
+    """Write a spec whole or not at all (fsio: temp in the same folder, fsync, rename): a full disk leaves no
+    empty kiln.toml behind; ``exclusive``: an existing file is an error, not overwritten."""
+    try:
+        write_atomic(target, text, what="spec", exclusive=exclusive)
     except FileExistsError:
         raise KilnError(f"{target} already exists.",
                         hint="Use --force to overwrite it, or give another path.") from None
@@ -129,7 +136,6 @@ def init_cmd(
                              ) from None
         raise OutputError(f"cannot write {target} ({e.strerror}).",
                           hint="Check the path and its permissions.") from None
-    console.print(f"wrote {target}; check it with: kiln resolve {target}")
 
 
 def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
@@ -151,15 +157,7 @@ def _init_from(folder: Path, path: Path, name: str | None, force: bool) -> None:
     if name:
         st.name = image_name(name) if "/" not in name else name
     text = render_starter(st, folder)
-    try:  # whole or not at all (fsio: temp in the same folder, fsync, rename)
-        write_atomic(target, text, what="spec")
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise FilesError(f"cannot write {target}: {e.strerror}; nothing was written.",
-                             hint=f"Free space on the disk of {target.parent}, or give a path on another disk."
-                             ) from None
-        raise OutputError(f"cannot write {target} ({e.strerror}).",
-                          hint="Check the path and its permissions.") from None
+    _write_spec(target, text, exclusive=not force)
     console.print(f"wrote {target} from {', '.join(st.sources)} in {folder}", highlight=False, markup=False)
     for f in st.fixed:
         console.print(f"  changed so that it resolves: {f}", highlight=False, markup=False)
