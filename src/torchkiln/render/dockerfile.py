@@ -26,8 +26,8 @@ from torchkiln.contract import CONSTRAINTS, UV, VENV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
 from torchkiln.render import instructions as ins
+from torchkiln.render import layer_plan, reproducible
 from torchkiln.render import project as proj
-from torchkiln.render import reproducible
 from torchkiln.render import steps as render_steps
 
 LAYER = "/opt/kiln-layer"
@@ -47,6 +47,7 @@ def stage_base(plan: BuildPlan) -> list[str]:
     lines = [
         "# base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer",
         f"FROM {plan.base_image} AS base",
+        *reproducible.add_mount_points(),
         ins.SHELL,
         "ENV LANG=C.UTF-8 \\",
         "    PYTHONUNBUFFERED=1",
@@ -96,6 +97,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
     py = f"{VENV}/bin/python"
     built = plan.torch.build is not None  # torch compiled in the torch-build stage: install that wheel
     wheel = f" {ext.torch_wheel_requirement()}" if built else ""
+    split = layer_plan.split_torch(plan)  # CUDA libraries in layers of their own below torch's
     return [
         "# torch: a venv with torch and its dependencies only, pinned in a constraints file, in a layer of its own.",
         "# Files are written once: uv unpacks the wheels into a cache in this step's own file system, hard-links",
@@ -110,6 +112,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
         "# and .pyc come out identical, times included, from two builds with no shared cache",
         "FROM base AS torch",
         reproducible.ARG,
+        *(layer_plan.library_steps(plan) if split else []),
         *ins.run(
             [*(m for m in ins.SOURCE_MOUNTS if m != ins.UV_CACHE_MOUNT), ins.bind("requirements-torch.txt"),
              *([ext.torch_wheel_mount()] if built else []), *([ins.bind("prune")] if plan.prune else [])],
@@ -117,7 +120,7 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 ". /kiln/sources.sh",
                 f"export UV_CACHE_DIR={TORCH_UV_CACHE} UV_LINK_MODE=hardlink"
                 f" UV_COMPILE_BYTECODE={1 if plan.bytecode == 'all' else 0}",
-                f"{UV} venv --python {plan.python_exe} {VENV}",
+                *([] if split else [f"{UV} venv --python {plan.python_exe} {VENV}"]),
                 f"{UV} pip install --python {py}{wheel}{require_hashes(plan) or proj.torch_require_hashes(plan)}"
                 " -r /kiln/requirements-torch.txt",
                 ins.drop_torch_tests(plan),
@@ -211,7 +214,10 @@ def _user(plan: BuildPlan) -> list[str]:
     if plan.app.user == "root":
         return []
     u = plan.app.user
-    return [f"RUN useradd --create-home --uid {UID} --user-group --shell /bin/bash {u}"]
+    mark = "/tmp/kiln-user-mark"  # the user's files get SOURCE_DATE_EPOCH too (render/reproducible.py)
+    return [reproducible.ARG,
+            f"RUN touch {mark} && useradd --create-home --uid {UID} --user-group --shell /bin/bash {u} \\",
+            f"    && {reproducible.stamp_since(mark)}"]
 
 
 def _app(plan: BuildPlan) -> list[str]:
@@ -360,6 +366,7 @@ def context_files(plan: BuildPlan) -> dict[str, str]:
         ".dockerignore": DOCKERIGNORE,
         **requirement_files(plan),
         ".kiln/sources.sh": SOURCES_SH,
+        reproducible.MOUNT_POINTS_TAR: reproducible.mount_points_tar(),
         ".kiln/wheels/.keep": "",
         **ext.context_files(plan),
         **proj.context_files(plan),

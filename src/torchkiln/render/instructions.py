@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from torchkiln import __version__
 from torchkiln.contract import SECRET_CA, SECRET_UV, VENV
 from torchkiln.plan import BuildPlan
+from torchkiln.render import reproducible
 
 SHELL = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
 
@@ -24,7 +25,10 @@ def quote(value: str) -> str:
 
 
 def run(mounts: list[str], commands: list[str]) -> list[str]:
-    """A RUN instruction: one mount per line, then the commands joined with ``&&``."""
+    """A RUN instruction: one mount per line, then the commands joined with ``&&``. Mounts below ``/kiln`` or
+    ``/run/secrets`` get a tmpfs there first (render/reproducible.py: no mount point reaches a layer)."""
+    targets = [m.split("target=", 1)[1].split(",", 1)[0] for m in mounts if "target=" in m]
+    mounts = [*reproducible.tmpfs_mounts(targets), *mounts]
     parts = [f"--mount={m}" for m in mounts] + [commands[0]] + [f"&& {c}" for c in commands[1:]]
     lines = ["RUN " + parts[0]]
     lines += [f"    {p}" for p in parts[1:]]

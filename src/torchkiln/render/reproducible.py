@@ -15,18 +15,30 @@ The sources are stamped *before* the warm import, so each ``.pyc`` records the s
 checked-hash ``.pyc`` files instead. Ownership (root) and file order (BuildKit walks directories in
 lexical order) are already fixed.
 
-What the steps cannot fix on Docker 20.10 (measured, examples/cpu.toml built twice with ``--no-cache``:
-16,985 entries of the torch layer, 13 differed before these stamps were extended to ``/root`` and the
-parent folders, every venv file and ``.pyc`` identical): BuildKit 0.8 creates the files it mounts
-(``/kiln/…``, ``/run/secrets/…``, ``/etc/hosts``, ``/etc/resolv.conf``) before a RUN and removes them
-after it, so ``/etc``, ``/kiln``, ``/kiln/bin`` and ``/run/secrets`` carry the time the step ended. Those
-four folder entries keep the layer digests apart until the exporter rewrites timestamps
-(BuildKit 0.13+: ``rewrite-timestamp=true`` with this same ``SOURCE_DATE_EPOCH``).
+Mount points. BuildKit creates the file or folder a RUN mounts over when it is missing, and removes it
+after the command: the folder that held it then carries the time the step ended, in the step's layer
+(measured on Docker 20.10, examples/cpu.toml built twice with ``--no-cache``: ``/etc``, ``/kiln``,
+``/kiln/bin`` and ``/run/secrets`` were the only entries of the torch layer that still differed). Nothing
+inside the RUN can stamp them, and Docker 20.10's exporter cannot rewrite times (``rewrite-timestamp`` is
+BuildKit 0.13+). So no step lets BuildKit create a mount point in the image's file system:
+
+- the base stage adds ``.kiln/mount-points.tar`` (``ADD`` unpacks a local tar and, unlike ``COPY``, gives
+  the folders it holds the tar's times): ``/etc`` with ``hosts`` and ``resolv.conf`` (BuildKit mounts its
+  own over them in every RUN; a container runtime mounts the host's over them at start), ``/kiln`` and
+  ``/run/secrets``, all at ``DEFAULT_EPOCH``;
+- a RUN with mounts below ``/kiln`` or ``/run/secrets`` first mounts a tmpfs there (``tmpfs_mounts``),
+  so the stubs of its bind, secret and cache mounts are made and removed in memory, not in a layer.
+
+The runtime's user (``useradd``) is stamped the same way, from a mark made before it (``stamp_since``);
+``useradd`` reads ``SOURCE_DATE_EPOCH`` for the password-change date it writes to ``/etc/shadow``.
 """
 
 from __future__ import annotations
 
-from torchkiln.contract import VENV
+import io
+import tarfile
+
+from torchkiln.contract import KILN, VENV
 
 #: 1980-01-01T00:00:00Z: fixed, and representable in a zip (wheels) unlike 0
 DEFAULT_EPOCH = 315532800
@@ -34,7 +46,7 @@ ARG = f"ARG SOURCE_DATE_EPOCH={DEFAULT_EPOCH}"
 #: where the torch and package steps write: the venv, the constraints, uv's credentials lock under /root
 ROOTS = (VENV, "/etc/pip", "/root")
 #: folders whose own entry a step changes (a child added or removed), stamped when they exist
-PARENTS = ("/tmp", "/opt", "/run")
+PARENTS = ("/etc", "/tmp", "/opt", "/run")
 
 
 def stamp(roots: tuple[str, ...] = ROOTS) -> str:
@@ -48,3 +60,62 @@ def stamp(roots: tuple[str, ...] = ROOTS) -> str:
 #: the packages steps' uv cache mount point, made in the torch step so BuildKit need not create it (a
 #: folder BuildKit creates for a mount has the time of that step)
 MOUNT_POINTS = "/root/.cache/uv"
+
+
+
+#: the context file ``ADD``ed in the base stage (``mount_points_tar``)
+MOUNT_POINTS_TAR = ".kiln/mount-points.tar"
+SECRETS_DIR = "/run/secrets"
+#: what the tar holds: (path, mode, text of a file or None for a folder)
+_HOSTS = ("# written by torchkiln; a container runtime mounts its own over this file\n"
+          "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+_RESOLV = "# written by torchkiln; a container runtime mounts the host's resolver configuration over this file\n"
+_ENTRIES: tuple[tuple[str, int, str | None], ...] = (
+    ("etc", 0o755, None),
+    ("etc/hosts", 0o644, _HOSTS),
+    ("etc/resolv.conf", 0o644, _RESOLV),
+    (KILN.strip("/"), 0o755, None),
+    ("run", 0o755, None),
+    (SECRETS_DIR.strip("/"), 0o755, None),
+)
+
+
+def mount_points_tar() -> str:
+    """The mount points every RUN needs, as a POSIX tar owned by root at ``DEFAULT_EPOCH``. It is all ASCII
+    (ustar headers, these short texts, NUL padding), so it travels as one of the context's text files: the
+    same bytes from every render."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, mode, text in _ENTRIES:
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime, info.uname, info.gname = mode, DEFAULT_EPOCH, "root", "root"
+            data = None if text is None else text.encode("ascii")
+            if data is None:
+                info.type = tarfile.DIRTYPE
+            else:
+                info.size = len(data)
+            tar.addfile(info, None if data is None else io.BytesIO(data))
+    return buf.getvalue().decode("ascii")
+
+
+def add_mount_points() -> list[str]:
+    """The base stage's lines that add ``mount_points_tar`` (see the module's docstring)."""
+    return ["# the folders and files BuildKit mounts over in a RUN exist beforehand, at a fixed time, so no step's",
+            "# layer records when BuildKit created and removed them (render/reproducible.py)",
+            f"ADD {MOUNT_POINTS_TAR} /"]
+
+
+def tmpfs_mounts(targets: list[str]) -> list[str]:
+    """The tmpfs mounts a RUN with these mount targets needs first: one on ``/kiln`` and one on ``/run/secrets``
+    when a target lies below it, so the stubs of its other mounts never reach the file system of the image."""
+    return [f"type=tmpfs,target={root}" for root in (KILN, SECRETS_DIR)
+            if any(t.startswith(root + "/") for t in targets)]
+
+
+def stamp_since(mark: str, roots: tuple[str, ...] = ("/etc", "/home", "/var")) -> str:
+    """Set every file below ``roots`` changed after ``mark`` was made to ``SOURCE_DATE_EPOCH``, remove the mark
+    and stamp its folder: for a step (``useradd``) whose files lie beside older files of the base."""
+    when = '"@$SOURCE_DATE_EPOCH"'
+    folder = mark.rsplit("/", 1)[0] or "/"
+    return (f"find {' '.join(roots)} -xdev -newer {mark} -exec touch -h -d {when} {{}} + "
+            f"&& rm -f {mark} && touch -h -d {when} {folder}")

@@ -27,6 +27,7 @@ from torchkiln.contract import UV, image_labels
 from torchkiln.plan import BuildPlan
 from torchkiln.render import extensions as ext
 from torchkiln.render import instructions as ins
+from torchkiln.render import reproducible
 from torchkiln.render import steps as render_steps
 
 UID = 1000
@@ -49,6 +50,7 @@ def stage_base(plan: BuildPlan) -> list[str]:
     lines = [
         f"# base: {plan.base_image} as it is ({keep} and environment untouched)",
         f"FROM {plan.base_image} AS base",
+        *reproducible.add_mount_points(),
         ins.SHELL,
     ]
     if plan.apt_packages:
@@ -223,6 +225,7 @@ def vendor_context_files(plan: BuildPlan) -> dict[str, str]:
         f".kiln/{PIN}": f"torch=={plan.torch.version}\n",
         ".kiln/requirements.txt": "".join(f"{p}\n" for p in plan.pip_packages),
         ".kiln/sources.sh": ins.SOURCES_SH,
+        reproducible.MOUNT_POINTS_TAR: reproducible.mount_points_tar(),
         ".kiln/wheels/.keep": "",
         **ext.context_files(plan),
     }

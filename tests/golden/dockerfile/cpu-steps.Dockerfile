@@ -5,6 +5,9 @@
 
 # base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
 FROM python:3.11-slim-bookworm AS base
+# the folders and files BuildKit mounts over in a RUN exist beforehand, at a fixed time, so no step's
+# layer records when BuildKit created and removed them (render/reproducible.py)
+ADD .kiln/mount-points.tar /
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
@@ -22,7 +25,9 @@ RUN mkdir -p /opt/data && printf 'hello\n' > /opt/data/greeting.txt
 # and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
 ARG SOURCE_DATE_EPOCH=315532800
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
@@ -37,11 +42,13 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 # step 2 (after torch): record the torch version
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -57,7 +64,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
 FROM torch AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG SOURCE_DATE_EPOCH=315532800
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -66,8 +75,10 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     . /kiln/sources.sh \
     && touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt numpy==2.3.5 \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -76,9 +87,11 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 # step 3 (after packages): one more package, by uv
-RUN --mount=type=cache,target=/root/.cache/kiln-example \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=cache,target=/root/.cache/kiln-example \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
@@ -123,7 +136,9 @@ LABEL org.opencontainers.image.title="torchkiln/example-cpu-steps" \
 WORKDIR /workspace
 COPY --chown=kiln:kiln apps/cpu_serve.py /workspace/apps/cpu_serve.py
 # step 4 (after app): bytecode of the app
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -139,7 +154,9 @@ CMD ["python", "apps/cpu_serve.py", "--port", "8000"]
 # runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a
 # second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
 FROM packages AS runtime
-RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ARG SOURCE_DATE_EPOCH=315532800
+RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
+    && find /etc /home /var -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \
@@ -154,7 +171,9 @@ LABEL org.opencontainers.image.title="torchkiln/example-cpu-steps" \
 WORKDIR /workspace
 COPY --chown=kiln:kiln apps/cpu_serve.py /workspace/apps/cpu_serve.py
 # step 4 (after app): bytecode of the app
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \

@@ -6,6 +6,9 @@
 
 # base: nvcr.io/nvidia/pytorch:25.12-py3 as it is (its torch, Python, CUDA, nvcc, /etc/pip/constraint.txt and environment untouched)
 FROM nvcr.io/nvidia/pytorch:25.12-py3 AS base
+# the folders and files BuildKit mounts over in a RUN exist beforehand, at a fixed time, so no step's
+# layer records when BuildKit created and removed them (render/reproducible.py)
+ADD .kiln/mount-points.tar /
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # packages: the spec's packages and extension wheels in the image's Python, constrained by the image's
@@ -13,7 +16,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # checked to be the very files the image brought
 FROM base AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \

@@ -5,6 +5,9 @@
 
 # base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
 FROM python:3.11-slim-bookworm AS base
+# the folders and files BuildKit mounts over in a RUN exist beforehand, at a fixed time, so no step's
+# layer records when BuildKit created and removed them (render/reproducible.py)
+ADD .kiln/mount-points.tar /
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
@@ -21,7 +24,9 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get update \
     && apt-get install -y --no-install-recommends build-essential ccache git \
     && { [ -f "$(python3.11 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ] || apt-get install -y --no-install-recommends python3.11-dev; }
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -59,7 +64,9 @@ ENV CUDA_HOME="/usr/local/cuda" \
     NCCL_LIB_DIR="/usr/local/cuda/lib" \
     PYTORCH_BUILD_VERSION="2.14.1+cu130" \
     PYTORCH_BUILD_NUMBER="1"
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -88,7 +95,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
 # and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
 ARG SOURCE_DATE_EPOCH=315532800
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
@@ -106,9 +115,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
 # torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used by the dev stage, never by the runtime
@@ -120,7 +129,9 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get update \
     && apt-get install -y --no-install-recommends build-essential ccache git \
     && { [ -f "$(python3.11 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ] || apt-get install -y --no-install-recommends python3.11-dev; }
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -186,7 +197,9 @@ CMD ["bash"]
 # runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a
 # second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
 FROM torch AS runtime
-RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ARG SOURCE_DATE_EPOCH=315532800
+RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
+    && find /etc /home /var -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \

@@ -5,6 +5,9 @@
 
 # base: the OS layer every stage shares; apt caches live in cache mounts, never in a layer
 FROM python:3.11-slim-bookworm AS base
+# the folders and files BuildKit mounts over in a RUN exist beforehand, at a fixed time, so no step's
+# layer records when BuildKit created and removed them (render/reproducible.py)
+ADD .kiln/mount-points.tar /
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
@@ -20,7 +23,9 @@ ENV LANG=C.UTF-8 \
 # and .pyc come out identical, times included, from two builds with no shared cache
 FROM base AS torch
 ARG SOURCE_DATE_EPOCH=315532800
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
@@ -35,15 +40,17 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /tmp /opt /run
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # project-deps: the project's dependencies from requirements (constrained by torch's pins: one package per step); each step is a layer
 # of the runtime (a package added at the end reuses the layers before it), then all of them at once
 FROM torch AS project-deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -54,7 +61,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     . /kiln/sources.sh \
     && touch /tmp/kiln-project-mark \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /kiln/project/constraints.txt -r /kiln/project/000-numpy.txt
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -64,7 +73,9 @@ RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/project/001-six.txt,target=/kiln/project/001-six.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -c /kiln/project/constraints.txt -r /kiln/project/001-six.txt
-RUN --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
@@ -113,7 +124,9 @@ CMD ["python", "train.py"]
 # runtime: the torch and packages stages' layers as they are (not a copy of the venv: that would be a
 # second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
 FROM project-deps AS runtime
-RUN useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ARG SOURCE_DATE_EPOCH=315532800
+RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
+    && find /etc /home /var -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \
