@@ -9,6 +9,8 @@ import pytest
 
 from torchkiln.building.execute import BuildOptions, build_image
 from torchkiln.engines import Engine
+from torchkiln.render import layer_plan
+from torchkiln.render.reproducible import DEFAULT_EPOCH
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -36,4 +38,20 @@ def test_cu130_example_has_cuda_13(
     assert details.labels["io.torchkiln.cuda"] == "13.0"
     assert any(e.startswith("NVIDIA_REQUIRE_CUDA=") for e in details.env)
     assert summary.size_bytes > 2_000_000_000
+    # the layer plan (render/layer_plan.py): the venv, one step per CUDA library family, then torch's step
+    torch_steps = [s for s in summary.steps if s.stage == "torch"]
+    assert len(torch_steps) == 1 + len(layer_plan.FAMILIES) + 1
+    assert details.layers >= len(torch_steps) + 3
+    # each library is installed once: the image is the base plus the venv, not the venv and a second copy
+    r = docker_engine.run(tag, ["du", "-sb", "/opt/venv"], check=False)
+    venv = int(r.stdout.split()[0])
+    base = docker_engine.inspect_image(offline_base).size
+    assert summary.size_bytes < (base + venv) * 1.05, (summary.size_bytes, base, venv)
+    # the libraries' files carry SOURCE_DATE_EPOCH (render/reproducible.py)
+    nvidia = "/opt/venv/lib/python3.11/site-packages/nvidia"
+    r = docker_engine.run(tag, ["sh", "-c", f"find {nvidia} -type f | wc -l; find {nvidia} -newermt @{DEFAULT_EPOCH} | wc -l"],
+                          check=False)
+    assert r.returncode == 0, r.output
+    files, newer = (int(x) for x in r.stdout.split()[-2:])
+    assert files > 100 and newer == 0
     docker_engine.remove_image(tag)

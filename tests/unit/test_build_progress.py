@@ -165,3 +165,16 @@ def test_podman_single_stage() -> None:
 ])
 def test_install_steps_are_labelled_with_what_they_install(instruction: str, label: str) -> None:
     assert StepRecord("#1", "packages", instruction).label == label
+
+
+def test_a_stage_of_ten_or_more_steps_is_one_stage_though_buildkit_pads_its_step_numbers() -> None:
+    # BuildKit 0.8 writes "[torch  1/18]" (padded to the width of 18) and "[torch 10/18]"
+    lines = []
+    for i in (1, 9, 10, 18):
+        lines += [f"#{i + 3} [torch {i:>2}/18] RUN step {i}", f"#{i + 3} DONE 0.{i}s", ""]
+    parser = BuildKitProgress(None)
+    for line in lines:
+        parser.feed(line)
+    parser.finish(True)
+    assert {r.stage for r in parser.steps} == {"torch"}
+    assert len(parser.steps) == 4

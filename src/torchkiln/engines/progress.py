@@ -38,7 +38,7 @@ _BK_CACHED = re.compile(r"^#(?P<id>\d+) CACHED$")
 _BK_ERROR = re.compile(r"^#(?P<id>\d+) ERROR:? ?(?P<msg>.*)$")
 _BK_LOG = re.compile(r"^#(?P<id>\d+) (?P<offset>\d+\.\d+) (?P<text>.*)$")
 _BK_OTHER = re.compile(r"^#(?P<id>\d+) (?P<text>.*)$")
-_BK_STAGE = re.compile(r"^(?P<stage>\S+) \d+/\d+$")
+_BK_STAGE = re.compile(r"^(?P<stage>\S+) +\d+/\d+$")  # "torch 10/18", "torch  1/18" (padded)
 _BK_SINGLE = re.compile(r"^\d+/\d+$")
 
 

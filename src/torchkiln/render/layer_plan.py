@@ -84,7 +84,7 @@ def library_steps(plan: BuildPlan) -> list[str]:
     """The venv step and one step per library family (see the module's docstring)."""
     py = f"{VENV}/bin/python"
     source = "/kiln/requirements-torch.txt" if _locked(plan) else SET_FILE
-    venv = [". /kiln/sources.sh", f"{UV} venv --python {plan.python_exe} {VENV}"]
+    venv = [". /kiln/sources.sh", f"{UV} venv --python {plan.python_exe} {VENV}", "mkdir -p /etc/pip"]  # stamp's roots
     if not _locked(plan):
         venv += [f"UV_CACHE_DIR={_CACHE} {UV} pip compile --python {py} --quiet --no-header --no-annotate"
                  f" -o {SET_FILE} /kiln/requirements-torch.txt", f"rm -rf {_CACHE}"]
