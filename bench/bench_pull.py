@@ -9,10 +9,13 @@ One run, everything on this machine:
    node with nothing cached) and, per image in alternating order, pulls it and runs ``import torch``
    in a new container: bytes transferred (the compressed layers of the manifest, none present before)
    and seconds from ``docker pull`` to the import done; the image is removed before the next one;
-4. redeploy: one line appended to the app, both images rebuilt with ``--no-cache`` (no shared layer
-   cache: the torch and package layers must come out identical to be reused), pushed, and pulled on the
-   node that still has the first version: the bytes of the layers it did not have;
-5. the layer digests (``RootFS.Layers``: uncompressed diff ids) of the two torchkiln builds, compared.
+4. redeploy: one line appended to the app, both images rebuilt on a *third* dockerd (a builder with its
+   own data root: nothing of the first builds, no layer cache, no cache mounts; only the base image is
+   loaded into it), pushed from there, and pulled on the node that still has the first version: the
+   bytes of the layers it did not have (``--redeploy-on same`` rebuilds on the first daemon with
+   ``--no-cache`` instead);
+5. the layer digests (``RootFS.Layers``: uncompressed diff ids) of the two torchkiln builds (two machines'
+   worth of daemons), compared.
 
 Ratios are against the anchor of the same run. The registry, the second daemon, the work folder and
 every image are removed at the end, also on failure.
@@ -39,7 +42,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_build import Bench, pip_sources  # noqa: E402
+
 from services import Daemon, Registry, start_daemon, start_registry  # noqa: E402
+from torchkiln.engines import get_engine  # noqa: E402
+from torchkiln.runner import Runner  # noqa: E402
 
 IMPORT = ["python", "-c", "import torch; torch.ones(2).sum()"]
 
@@ -55,9 +61,10 @@ def layers_of(registry: Registry, repo: str, tag: str) -> list[tuple[str, int]]:
     return [(layer["digest"], int(layer["size"])) for layer in manifest["layers"]]  # type: ignore[index, union-attr]
 
 
-def diff_ids(image: str) -> list[str]:
+def diff_ids(image: str, daemon: Daemon | None = None) -> list[str]:
+    env = {**os.environ, **(daemon.env if daemon is not None else {})}
     r = subprocess.run(["/usr/bin/docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image],
-                       check=True, capture_output=True, text=True)
+                       check=True, capture_output=True, text=True, env=env)
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
 
@@ -75,6 +82,8 @@ def main() -> int:
     ap.add_argument("--workload", default="cpu", choices=("cpu", "cu130"))
     ap.add_argument("--rounds", type=int, default=2, help="cold pulls per image (alternating order)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--redeploy-on", choices=("builder", "same"), default="builder",
+                    help="rebuild v2 on a third dockerd with nothing cached (default) or on the first with --no-cache")
     args = ap.parse_args()
     bench = Bench(argparse.Namespace(workload=args.workload, engine="docker", approaches="torchkiln,uvexpert",
                                      import_runs=1, repeat=1, scenarios="", out=None, cli_rebuild=False,
@@ -82,9 +91,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kpl-", dir="/tmp"))  # short: containerd's socket paths
     registry: Registry | None = None
     node: Daemon | None = None
+    builder: Daemon | None = None
     pushed: list[str] = []
     tags = {a: f"kiln-bench/{args.workload}-{a}:latest" for a in ("torchkiln", "uvexpert")}
-    result: dict[str, Any] = {"workload": args.workload, "engine": bench.engine.info.to_dict(),
+    result: dict[str, Any] = {"workload": args.workload, "redeploy_on": args.redeploy_on,
+                              "engine": bench.engine.info.to_dict(),
                               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
         kiln_base, _ = bench.bases()
@@ -111,6 +122,9 @@ def main() -> int:
 
             refs = {a: push(a, "v1") for a in tags}
             sizes = {a: layers_of(registry, f"bench-pull/{args.workload}-{a}", "v1") for a in tags}
+            for a in tags:
+                log(f"{a}: {sum(s for _, s in sizes[a]) / 1e6:.1f} MB compressed in {len(sizes[a])} layers, "
+                    f"largest {max(s for _, s in sizes[a]) / 1e6:.1f} MB")
             node = start_daemon(work / "node", reuse_env=None)
             samples: dict[str, list[dict[str, float]]] = {a: [] for a in tags}
             order = list(tags)
@@ -125,12 +139,27 @@ def main() -> int:
             for a in tags:
                 node.docker("pull", "-q", refs[a])
 
-            log("redeploy: app edited, both rebuilt with --no-cache")
             bench.edit_app()
-            for a in tags:
-                build(a, no_cache=True)
-            second_ids = {a: diff_ids(tags[a]) for a in tags}
-            refs2 = {a: push(a, "v2") for a in tags}
+            bench.round += 1  # context folders of their own (torchkiln never writes into a folder it did not write)
+            first_engine = bench.engine
+            if args.redeploy_on == "builder":
+                log("redeploy: app edited, both rebuilt on a third dockerd with nothing cached")
+                builder = start_daemon(work / "bld", reuse_env=None)
+                # the base image only (a machine's own mirror of it), then the same builds on that daemon
+                save = subprocess.Popen(["/usr/bin/docker", "save", kiln_base], stdout=subprocess.PIPE)
+                subprocess.run(["/usr/bin/docker", "load", "-q"], stdin=save.stdout, env={**os.environ, **builder.env},
+                               check=True, capture_output=True)
+                assert save.wait() == 0
+                bench.engine = get_engine("docker", Runner(env=dict(builder.env)))
+            else:
+                log("redeploy: app edited, both rebuilt with --no-cache")
+            try:
+                for a in tags:
+                    build(a, no_cache=True)
+                second_ids = {a: diff_ids(tags[a], builder) for a in tags}
+                refs2 = {a: push(a, "v2") for a in tags}
+            finally:
+                bench.engine = first_engine
             redeploy: dict[str, Any] = {}
             for a in tags:
                 have = {d for d, _ in sizes[a]}
@@ -175,6 +204,8 @@ def main() -> int:
     finally:
         if node is not None:
             node.stop()
+        if builder is not None:
+            builder.stop()
         if registry is not None:
             registry.stop()
         for ref in pushed:
@@ -186,7 +217,8 @@ def main() -> int:
     for a, img in result["images"].items():
         print(f"{a:10s} {img['compressed_bytes'] / 1e6:8.1f} MB in {img['layers']} layers, "
               f"pull + import {img['pull_import_median_s']:.1f} s")
-    print("torchkiln layers identical across two --no-cache builds:", result["reproducible"]["torchkiln_layers_identical"])
+    print(f"torchkiln layers identical across the two builds ({args.redeploy_on}):",
+          result["reproducible"]["torchkiln_layers_identical"])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
