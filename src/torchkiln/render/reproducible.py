@@ -49,11 +49,27 @@ ROOTS = (VENV, "/etc/pip", "/root")
 PARENTS = ("/etc", "/tmp", "/opt", "/run")
 
 
+#: what uv writes beside a distribution it installed from a local archive (a ``--find-links`` folder): the
+#: archive's ctime, which is when the file was linked or copied into the build context, so it differs in every
+#: build. uv reads it only to tell whether a path install is stale; the steps install by name and version.
+UV_CACHE_INFO = "uv_cache.json"
+
+
+def forget_install_times() -> str:
+    """Remove ``UV_CACHE_INFO`` from the distributions this step installed, and its line from their RECORD."""
+    when = '"@$SOURCE_DATE_EPOCH"'
+    return (f"find {VENV} -path '*.dist-info/{UV_CACHE_INFO}' -newermt {when} -print0"
+            f" | while IFS= read -r -d '' f; do rm -f \"$f\""
+            f" && sed -i '/\\.dist-info\\/uv_cache\\.json,/d' \"${{f%/{UV_CACHE_INFO}}}/RECORD\"; done")
+
+
 def stamp(roots: tuple[str, ...] = ROOTS) -> str:
     """The shell command that sets every file below ``roots`` newer than ``SOURCE_DATE_EPOCH`` (and the
-    ``PARENTS`` folder entries) to that time, links themselves (``-h``) rather than their targets."""
+    ``PARENTS`` folder entries) to that time, links themselves (``-h``) rather than their targets, after
+    removing the install-time facts uv records (``forget_install_times``)."""
     when = '"@$SOURCE_DATE_EPOCH"'
-    return (f"find {' '.join(roots)} -xdev -newermt {when} -exec touch -h -d {when} {{}} + "
+    return (f"{forget_install_times()} "
+            f"&& find {' '.join(roots)} -xdev -newermt {when} -exec touch -h -d {when} {{}} + "
             f"&& touch -c -h -d {when} {' '.join(PARENTS)}")
 
 

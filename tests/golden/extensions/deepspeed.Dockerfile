@@ -42,9 +42,10 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv venv --python python3.12 /opt/venv \
+    && mkdir -p /etc/pip \
     && UV_CACHE_DIR=/tmp/kiln-uv-torch /kiln/bin/uv pip compile --python /opt/venv/bin/python --quiet --no-header --no-annotate -o /kiln/torch-set/requirements.txt /kiln/requirements-torch.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -58,7 +59,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cuda[-_.]runtime([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -72,7 +73,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cuda[-_.]nvrtc([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -86,7 +87,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cuda[-_.]cupti([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -100,7 +101,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvjitlink([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -114,7 +115,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvtx([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -128,7 +129,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cufile([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -142,7 +143,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]curand([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -156,7 +157,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusparse([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -170,7 +171,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusolver([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -184,7 +185,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cufft([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -198,7 +199,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cublas([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -212,7 +213,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cudnn([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -226,7 +227,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusparselt([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -240,7 +241,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nccl([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -254,7 +255,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvshmem([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -268,7 +269,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^triton==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -287,9 +288,9 @@ RUN --mount=type=tmpfs,target=/kiln \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the
 # spec's order, each a layer of the runtime (a package added at the end reuses the layers before it), then
@@ -308,7 +309,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     . /kiln/sources.sh \
     && touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt transformers==4.57.3 \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -320,7 +321,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # packages-layer: only the files the packages stage added, collected for the dev stage to copy
 FROM packages AS packages-layer

@@ -37,9 +37,10 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv venv --python python3.11 /opt/venv \
+    && mkdir -p /etc/pip \
     && UV_CACHE_DIR=/tmp/kiln-uv-torch /kiln/bin/uv pip compile --python /opt/venv/bin/python --quiet --no-header --no-annotate -o /kiln/torch-set/requirements.txt /kiln/requirements-torch.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -53,7 +54,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cuda[-_.]runtime([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -67,7 +68,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cuda[-_.]nvrtc([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -81,7 +82,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cuda[-_.]cupti([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -95,7 +96,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvjitlink([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -109,7 +110,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvtx([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -123,7 +124,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cufile([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -137,7 +138,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]curand([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -151,7 +152,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusparse([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -165,7 +166,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusolver([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -179,7 +180,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cufft([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -193,7 +194,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cublas([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -207,7 +208,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cudnn([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -221,7 +222,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusparselt([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -235,7 +236,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nccl([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -249,7 +250,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvshmem([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -263,7 +264,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^triton==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -282,9 +283,9 @@ RUN --mount=type=tmpfs,target=/kiln \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # ext-layer: the extension wheels installed into the venv in a stage without compilers, constrained so
 # nothing installed before can change; only the files they add are collected, as one layer
