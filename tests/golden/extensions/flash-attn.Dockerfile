@@ -42,6 +42,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv venv --python python3.10 /opt/venv \
+    && mkdir -p /etc/pip \
     && UV_CACHE_DIR=/tmp/kiln-uv-torch /kiln/bin/uv pip compile --python /opt/venv/bin/python --quiet --no-header --no-annotate -o /kiln/torch-set/requirements.txt /kiln/requirements-torch.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
@@ -55,91 +56,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
     . /kiln/sources.sh \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cuda[-_.]runtime([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cuda[-_.]nvrtc([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cuda[-_.]cupti([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]nvjitlink([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]nvtx([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cufile([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]curand([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
+    && { grep -iE '^nvidia[-_.](cuda[-_.]runtime|cuda[-_.]nvrtc|cuda[-_.]cupti|nvtx|cufile|curand)([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
     && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
@@ -196,6 +113,20 @@ RUN --mount=type=tmpfs,target=/kiln \
     . /kiln/sources.sh \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
     && { grep -iE '^nvidia[-_.]cublas([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
+    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
+    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
+    && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=cache,id=kiln-torch-set-d976fc34062debcf,target=/kiln/torch-set,sharing=locked \
+    . /kiln/sources.sh \
+    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
+    && { grep -iE '^nvidia[-_.]nvjitlink([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
     && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
