@@ -15,7 +15,9 @@ The steps, in the torch stage, before the step that installs torch:
    the libraries would change with every torch release and with it every layer above it);
 2. one step per library family of ``FAMILIES``, in that order: the family's pins from the set (the lock's
    hashed pins with ``kiln build --locked``, else the resolved list) installed with ``--no-deps``. A family
-   the set does not have (a CUDA 12 name in a CUDA 13 set, NVSHMEM in an older torch) makes an empty step.
+   the set does not have (NVSHMEM in an older torch) makes an empty step. The CUDA toolkit's small
+   libraries (runtime, NVRTC, CUPTI, NVTX, cuFile, cuRAND: about 0.4 GB together) share one layer: torch's
+   ``cuda-toolkit`` requirement pins them together, exactly, and each layer has a cost of its own in a pull.
 3. torch's step as without the plan: it installs the whole set, finds the libraries in place and adds
    torch, triton's companions and the small pure-Python dependencies.
 
@@ -33,15 +35,25 @@ from torchkiln.render import instructions as ins
 from torchkiln.render import project as proj
 from torchkiln.render import reproducible
 
-#: (family, the requirement-line pattern, grep -iE) in layer order: the CUDA toolkit's libraries (pinned together
-#: by the CUDA minor; smallest first), then the libraries NVIDIA releases on their own schedule, then triton
+#: (family, the requirement-line pattern for grep -iE) in layer order: the CUDA toolkit's small libraries in one
+#: layer (pinned together by the CUDA minor: they change together, and a layer each would be a dozen layers of a
+#: few MB), its large ones one layer each, then the libraries NVIDIA releases on their own schedule, then triton
 #: (one per torch minor). Names of CUDA 12 (``nvidia-cublas-cu12``) and CUDA 13 (``nvidia-cublas``) alike.
 _SUFFIX = "([-_.]cu[0-9]+)?=="
+_SMALL = ("cuda-runtime", "cuda-nvrtc", "cuda-cupti", "nvtx", "cufile", "curand")
+
+
+def _names(*names: str) -> str:
+    alternatives = "|".join(n.replace("-", "[-_.]") for n in names)
+    return f"^nvidia[-_.]({alternatives}){_SUFFIX}" if len(names) > 1 else f"^nvidia[-_.]{alternatives}{_SUFFIX}"
+
+
 FAMILIES: tuple[tuple[str, str], ...] = (
-    *((name, f"^nvidia[-_.]{name.replace('-', '[-_.]')}{_SUFFIX}") for name in (
-        "cuda-runtime", "cuda-nvrtc", "cuda-cupti", "nvjitlink", "nvtx", "cufile", "curand",
-        "cusparse", "cusolver", "cufft", "cublas",
-        "cudnn", "cusparselt", "nccl", "nvshmem")),
+    ("cuda-toolkit-libraries", _names(*_SMALL)),
+    # nvJitLink after the toolkit's pinned libraries: cuda-toolkit (13.0.3) pins every other one exactly
+    # (``==13.0.96.*``) but it as a range (``>=13.0.88,<14``), so it moves with NVIDIA's releases
+    *((name, _names(name)) for name in ("cusparse", "cusolver", "cufft", "cublas", "nvjitlink", "cudnn", "cusparselt",
+                                        "nccl", "nvshmem")),
     ("triton", "^triton=="),
 )
 
