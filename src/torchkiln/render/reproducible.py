@@ -58,9 +58,8 @@ UV_CACHE_INFO = "uv_cache.json"
 def forget_install_times() -> str:
     """Remove ``UV_CACHE_INFO`` from the distributions this step installed, and its line from their RECORD."""
     when = '"@$SOURCE_DATE_EPOCH"'
-    return (f"find {VENV} -path '*.dist-info/{UV_CACHE_INFO}' -newermt {when} -print0"
-            f" | while IFS= read -r -d '' f; do rm -f \"$f\""
-            f" && sed -i '/\\.dist-info\\/uv_cache\\.json,/d' \"${{f%/{UV_CACHE_INFO}}}/RECORD\"; done")
+    return (f"find {VENV} -path '*.dist-info/{UV_CACHE_INFO}' -newermt {when} -exec sh -c 'for f; do rm -f \"$f\""
+            f" && sed -i \"/\\.dist-info\\/uv_cache\\.json,/d\" \"${{f%/{UV_CACHE_INFO}}}/RECORD\"; done' sh {{}} +")
 
 
 def stamp(roots: tuple[str, ...] = ROOTS) -> str:

@@ -40,9 +40,9 @@ RUN --mount=type=tmpfs,target=/kiln \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # packages: the spec's pip packages, constrained so they cannot replace torch: one step per package in the
 # spec's order, each a layer of the runtime (a package added at the end reuses the layers before it), then
@@ -61,7 +61,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     . /kiln/sources.sh \
     && touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt six==1.16.0 \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -72,7 +72,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt numpy==2.3.5 \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -84,7 +84,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # packages-layer: only the files the packages stage added, collected for the dev stage to copy
 FROM packages AS packages-layer

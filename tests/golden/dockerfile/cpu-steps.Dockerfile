@@ -42,9 +42,9 @@ RUN --mount=type=tmpfs,target=/kiln \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 # step 2 (after torch): record the torch version
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
@@ -75,7 +75,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     . /kiln/sources.sh \
     && touch -d "@$SOURCE_DATE_EPOCH" /tmp/kiln-mark \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt numpy==2.3.5 \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -87,7 +87,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     . /kiln/sources.sh \
     && /kiln/bin/uv pip install --python /opt/venv/bin/python -c /etc/pip/constraint.txt -r /kiln/requirements.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 # step 3 (after packages): one more package, by uv
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \

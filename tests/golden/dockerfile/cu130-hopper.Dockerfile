@@ -40,7 +40,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && mkdir -p /etc/pip \
     && UV_CACHE_DIR=/tmp/kiln-uv-torch /kiln/bin/uv pip compile --python /opt/venv/bin/python --quiet --no-header --no-annotate -o /kiln/torch-set/requirements.txt /kiln/requirements-torch.txt \
     && rm -rf /tmp/kiln-uv-torch \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -51,94 +51,10 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
     . /kiln/sources.sh \
     && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cuda[-_.]runtime([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
+    && { grep -iE '^nvidia[-_.](cuda[-_.]runtime|cuda[-_.]nvrtc|cuda[-_.]cupti|nvtx|cufile|curand)([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cuda[-_.]nvrtc([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cuda[-_.]cupti([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]nvjitlink([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]nvtx([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]cufile([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
-RUN --mount=type=tmpfs,target=/kiln \
-    --mount=type=tmpfs,target=/run/secrets \
-    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
-    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
-    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
-    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
-    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
-    . /kiln/sources.sh \
-    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
-    && { grep -iE '^nvidia[-_.]curand([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
-    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
-    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -152,7 +68,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusparse([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -166,7 +82,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusolver([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -180,7 +96,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cufft([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -194,7 +110,21 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cublas([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+RUN --mount=type=tmpfs,target=/kiln \
+    --mount=type=tmpfs,target=/run/secrets \
+    --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
+    --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
+    --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
+    --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
+    --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
+    --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
+    . /kiln/sources.sh \
+    && export UV_CACHE_DIR=/tmp/kiln-uv-torch UV_LINK_MODE=hardlink UV_COMPILE_BYTECODE=0 \
+    && { grep -iE '^nvidia[-_.]nvjitlink([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
+    && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
+    && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -208,7 +138,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cudnn([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -222,7 +152,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]cusparselt([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -236,7 +166,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nccl([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -250,7 +180,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^nvidia[-_.]nvshmem([-_.]cu[0-9]+)?==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -264,7 +194,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && { grep -iE '^triton==' /kiln/torch-set/requirements.txt || true; } > /tmp/kiln-layer.txt \
     && if [ -s /tmp/kiln-layer.txt ]; then /kiln/bin/uv pip install --python /opt/venv/bin/python --no-deps -r /tmp/kiln-layer.txt; fi \
     && rm -rf /tmp/kiln-uv-torch /tmp/kiln-layer.txt \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
@@ -283,9 +213,9 @@ RUN --mount=type=tmpfs,target=/kiln \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch, torchvision' \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
 # torch's CUDA 13.0 from NVIDIA's compiler wheels, g++, Ninja and ccache; used by the dev stage, never by the runtime

@@ -40,9 +40,9 @@ RUN --mount=type=tmpfs,target=/kiln \
     && /kiln/bin/uv pip freeze --python /opt/venv/bin/python > /etc/pip/constraint.txt \
     && rm -rf /tmp/kiln-uv-torch \
     && mkdir -p /root/.cache/uv \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
-    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -print0 | while IFS= read -r -d '' f; do rm -f "$f" && sed -i '/\.dist-info\/uv_cache\.json,/d' "${f%/uv_cache.json}/RECORD"; done && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
+    && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # project-deps: the project's dependencies from pyproject (constrained by torch's pins: one package per step); each step is a layer
 # of the runtime (a package added at the end reuses the layers before it), then all of them at once
