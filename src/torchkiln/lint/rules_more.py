@@ -1,6 +1,7 @@
-"""Rules added for issue 29 (KL030-KL036): problems a Dockerfile shows with certainty that the first
-rules missed on public files: commands a comment swallows, conda caches, unverified downloads,
-secret files copied into the image, and an extension wheel built for another torch.
+"""Rules added for issue 29 (KL030-KL036) and after the heldout3 split (KL037, KL038): problems a
+Dockerfile shows with certainty that the first rules missed on public files: commands a comment
+swallows, conda caches, unverified downloads, secret files copied into the image, an extension
+wheel built for another torch, a pip option the upgraded pip removed, command substitution in ENV.
 
 Registered on import: the package (``torchkiln/lint/__init__.py``) imports this module after ``rules``, so
 every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it back."""
@@ -410,12 +411,13 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
     "KL035",
     "run-sets-nothing",
     "warning",
-    "A RUN only exports or assigns variables, which end with it",
+    "A RUN only exports or assigns variables, or only changes the directory, which end with it",
     why=(
         "Each RUN is a new shell: `RUN export FORCE_CUDA=1` or `RUN A=1 && B=2` sets the variables "
         "for that shell only, and they are gone when it exits. The later build steps the author meant "
         "them for run without them (a CUDA extension built without FORCE_CUDA, a library path that is "
-        "not set)."
+        "not set). Likewise `RUN cd src` changes nothing: the next RUN starts in the WORKDIR again, so "
+        "a following `RUN python setup.py install` runs in the wrong folder."
     ),
     source=(
         "Dockerfile reference 'RUN' and 'ENV' (ENV values persist for later instructions; "
@@ -429,15 +431,26 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
         if not cmds or step.ins.heredocs:
             continue
         names: list[str] = []
+        cd: str | None = None
         for c in cmds:
             if c.name == "export" and len(c.words) > 1:
                 names += [w.text.split("=", 1)[0] for w in c.words[1:] if not w.text.startswith("-")]
             elif not c.words and c.assignments:
                 names += [w.text.split("=", 1)[0] for w in c.assignments]
+            elif c.name in ("cd", "pushd") and len(c.words) <= 2:
+                cd = c.argv[1] if len(c.argv) > 1 else "~"
             else:
                 break
         else:
-            if names:
+            if cd is not None:
+                yield Hit(
+                    step.ins.line,
+                    f"RUN only changes the directory (`cd {cd}`): the next RUN starts in the WORKDIR "
+                    "again, not in that folder",
+                    fix=f"Use `WORKDIR {cd}`, or run the commands in the same RUN: `RUN cd {cd} && ...`.",
+                    stage=step.stage.label,
+                )
+            elif names:
                 yield Hit(
                     step.ins.line,
                     f"RUN only sets {', '.join(names)}: the values end with this RUN's shell "
@@ -482,3 +495,97 @@ def missing_separator(ctx: Context) -> Iterator[Hit]:
                         f"(line {cmd.line}): a `&&` is missing before it, so it never runs as a command",
                     )
                     break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL037: a pip option the newest pip no longer has, after the Dockerfile upgraded pip
+
+
+@rule(
+    "KL037",
+    "pip-option-removed",
+    "error",
+    "pip is upgraded to the newest release, then run with an option that release removed",
+    why=(
+        "`pip install -U pip` installs the newest pip. pip 23.1 removed `--install-option`, and pip 25.3 "
+        "removed `--global-option` and `--build-option` (the legacy `setup.py install` path that apex's "
+        "and DeepSpeed's old instructions use), so the later install stops with \"no such option\" and the "
+        "extension is never built. Once the option is gone, pip always builds in an isolated "
+        "environment, so the build also needs --no-build-isolation to see the image's torch."
+    ),
+    source=(
+        "pip release notes 23.1 and 25.3 (pip.pypa.io/en/stable/news/); NVIDIA/apex README (install with "
+        "--config-settings)"
+    ),
+    fix=(
+        "Pass the options as config settings with --no-build-isolation, as apex's README does: "
+        "`pip install --no-build-isolation --config-settings \"--build-option=--cpp_ext\" "
+        "--config-settings \"--build-option=--cuda_ext\" .`, or pin the pip upgrade (`pip install -U \"pip<25.3\"`)."
+    ),
+)
+def pip_option_removed(ctx: Context) -> Iterator[Hit]:
+    from torchkiln.lint.rules import LEGACY_PIP_OPTIONS, pip_upgraded_before
+
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        for inst in step.installs:
+            if inst.tool != "pip":
+                continue
+            used = [o for o in LEGACY_PIP_OPTIONS if inst.has(o)]
+            if not used:
+                continue
+            upgraded = pip_upgraded_before(ctx, step, inst)
+            if upgraded is None:
+                continue
+            removed_in = "23.1" if used[0] == "--install-option" else "25.3"
+            yield Hit(
+                inst.line,
+                f"`{used[0]}` was removed in pip {removed_in}, and line {upgraded} upgrades pip to the newest "
+                "release: this install stops with \"no such option\" before anything is built",
+                stage=step.stage.label,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL038: command substitution in ENV / ARG, which Docker never runs
+
+_SUBST = re.compile(r"\$\(|`")
+
+
+@rule(
+    "KL038",
+    "env-command-substitution",
+    "warning",
+    "ENV or ARG holds a command substitution, which Docker does not run",
+    why=(
+        "ENV and ARG values expand only variables (`$VAR`, `${VAR}`), never commands: "
+        "`ENV CMAKE_PREFIX_PATH=\"$(dirname $(which conda))/../\"` sets the literal text "
+        "`$(dirname $(which conda))/../`, so CMake (or whatever reads it) gets a path that does not exist."
+    ),
+    source="Dockerfile reference 'Environment replacement' (only $variable and ${variable} forms are expanded)",
+    fix="Write the value out (`ENV CMAKE_PREFIX_PATH=/opt/conda`), or compute it in the RUN that needs it.",
+)
+def env_command_substitution(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for ins in ctx.df.instructions():
+        if ins.keyword not in ("ENV", "ARG"):
+            continue
+        at = next((i for i, a in enumerate(ins.args) if _SUBST.search(a)), None)
+        if at is None:
+            continue
+        arg = ins.args[at]
+        # ENV's args are name/value pairs; ARG's (and `ENV A=b`) are `NAME=value` words
+        name, eq, value = arg.partition("=")
+        if eq and not _SUBST.search(name):
+            label = name
+        elif at > 0 and ins.keyword == "ENV":
+            label = ins.args[at - 1]
+        else:
+            continue  # a backtick or $( in a name: not a value
+        yield Hit(
+            ins.line,
+            f"{ins.keyword} {label} contains a command substitution: Docker stores it as literal text, "
+            "it never runs the command",
+        )
