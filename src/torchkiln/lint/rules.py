@@ -1164,12 +1164,19 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         why_unsure = _isolation_unsure(ctx, b)
         if why_unsure:
+            pinned = _pip_pinned_before(ctx, b.step, inst)
+            which = (
+                f"Line {pinned[0]} pins pip {pinned[1]}, which isolates the build only when the tree has a "
+                "pyproject.toml"
+                if pinned
+                else "The Dockerfile does not show which pip runs"
+            )
             yield Hit(
                 inst.line,
                 f"{b.label} is built without --no-build-isolation and {why_unsure}: pip before 25.3 with "
                 "`wheel` installed runs its setup.py with the image's torch; pip 25.3 and later (or without "
                 "`wheel`) build it in an isolated environment without torch (\"No module named 'torch'\"). "
-                "The Dockerfile does not show which pip runs",
+                + which,
                 stage=b.step.stage.label,
                 severity="info",
             )
@@ -1225,6 +1232,24 @@ def pip_upgraded_before(ctx: Context, step: Step, inst: Install) -> int | None:
             if other.tool == "pip" and other.has("--upgrade") and upgrades_pip:
                 return other.line
     return None
+
+
+def _pip_pinned_before(ctx: Context, step: Step, inst: Install) -> tuple[int, str] | None:
+    """The line and version of the last `pip install pip==X` before ``inst`` in its stage chain."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    found: tuple[int, str] | None = None
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > step.ins.line:
+            continue
+        for other in st.installs:
+            if other is inst:
+                break
+            for r in other.reqs:
+                m = re.fullmatch(r"pip==([0-9][0-9.]*)", r.text.strip().strip("\"'").lower())
+                if other.tool == "pip" and m:
+                    found = (other.line, m.group(1))
+    return found
 
 
 def _apex_origin(ctx: Context, b: ExtBuild) -> str | None:
