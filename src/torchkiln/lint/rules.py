@@ -1387,6 +1387,16 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
                 fix="Split it: install torch in one command (or RUN), then the extension with --no-build-isolation.",
             )
             continue
+        cpu = _cpu_torch_before(ctx, b)
+        if cpu is not None and _compiles_cuda(b):
+            yield b.hit(
+                f"{b.label} compiles CUDA code, but the torch installed before it (line {cpu[0]}: {cpu[1]}) is a "
+                "CPU-only build: torch.utils.cpp_extension finds no CUDA in it, so the CUDA build fails or "
+                "produces no kernels",
+                fix="Install a CUDA build of torch (from https://download.pytorch.org/whl/cuXYZ, matching the image's "
+                "toolkit) before the extension.",
+            )
+            continue
         state = ctx.torch_before(b.step)
         if state != "no":
             continue
@@ -1398,6 +1408,39 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
                 earlier = True
         if not earlier:
             yield b.hit(f"{b.label} is built but nothing before it installs torch")
+
+
+def _cpu_torch_before(ctx: Context, b: ExtBuild) -> tuple[int, str] | None:
+    """The line and requirement of the last torch install before ``b`` in its stage chain when that
+    torch is a CPU-only build (`torch==X+cpu`, or PyTorch's cpu index); None otherwise."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(b.step.stage)}
+    last: tuple[int, str] | None = None
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > b.step.ins.line:
+            continue
+        for inst in st.installs:
+            if inst is b.install:
+                break
+            torch = [r for r in inst.reqs if r.name == "torch"]
+            if inst.tool not in ("pip", "uv") or not torch:
+                continue
+            index = " ".join(inst.values("--index-url", "--extra-index-url", "--find-links"))
+            cpu = "+cpu" in torch[0].text or re.search(r"/whl/cpu(/|$|\s)", index + " ") is not None
+            last = (inst.line, torch[0].text) if cpu else None
+    return last
+
+
+def _compiles_cuda(b: ExtBuild) -> bool:
+    """The build certainly compiles CUDA code: a CUDA switch (--cuda_ext, FORCE_CUDA=1, ...) or an
+    extension that is nothing but CUDA kernels."""
+    opts = " ".join(b.install.values("--config-settings", "--global-option", "--build-option", "--install-option"))
+    argv = " ".join(b.install.command.argv)
+    if "--cuda_ext" in opts or "--cuda_ext" in argv:
+        return True
+    if any(_CUDA_SIGNALS.match(k) and _env_true(b.env, k) for k in b.env):
+        return True
+    return b.label in {"flash-attn", "flash-attention", "xformers", "mamba-ssm", "causal-conv1d", "vllm"}
 
 
 @rule(

@@ -1,7 +1,8 @@
-"""Rules added for issue 29 (KL030-KL036) and after the heldout3 split (KL037, KL038): problems a
+"""Rules added for issue 29 (KL030-KL036) and after the heldout3 split (KL037-KL039): problems a
 Dockerfile shows with certainty that the first rules missed on public files: commands a comment
 swallows, conda caches, unverified downloads, secret files copied into the image, an extension
-wheel built for another torch, a pip option the upgraded pip removed, command substitution in ENV.
+wheel built for another torch, a pip option the upgraded pip removed, command substitution in ENV
+and torch companions of another release (KL039).
 
 Registered on import: the package (``torchkiln/lint/__init__.py``) imports this module after ``rules``, so
 every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it back."""
@@ -589,3 +590,73 @@ def env_command_substitution(ctx: Context) -> Iterator[Hit]:
             f"{ins.keyword} {label} contains a command substitution: Docker stores it as literal text, "
             "it never runs the command",
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL039: torch and its companions pinned to releases that do not belong together
+
+_COMPANIONS = ("torchvision", "torchaudio")
+_EXACT_PIN = re.compile(r"===?\s*v?([0-9][0-9A-Za-z.!]*)(?:\+[0-9A-Za-z.]+)?\s*$")
+
+
+def _exact_pin(text: str) -> str | None:
+    m = _EXACT_PIN.search(text.strip().strip("\"'"))
+    return m.group(1) if m else None
+
+
+def _same_release(a: str, b: str) -> bool:
+    try:
+        va, vb = Version(a), Version(b)
+    except InvalidVersion:
+        return True  # not comparable: say nothing
+    ra, rb = va.release + (0,) * 3, vb.release + (0,) * 3
+    return ra[:3] == rb[:3] and va.pre == vb.pre
+
+
+@rule(
+    "KL039",
+    "torch-companion-mismatch",
+    "error",
+    "torch and torchvision/torchaudio pinned to releases that do not belong together",
+    why=(
+        "Each torchvision and torchaudio release is built against exactly one torch release and pins "
+        "it in its metadata (torchvision 0.16.0 requires torch==2.1.0). Pinning torch and a companion "
+        "from different releases in one install cannot be resolved (\"ResolutionImpossible\"), and "
+        "with --no-deps the companion's C++ ops fail to load (\"operator torchvision::nms does not "
+        "exist\")."
+    ),
+    source=(
+        "torchvision/torchaudio wheel METADATA on PyPI (knowledge/companions.toml); pytorch/vision README "
+        "(version table)"
+    ),
+    fix=(
+        "Pin the companion release of that torch (knowledge/companions.toml: torch 2.6.0 goes with "
+        "torchvision 0.21.0 and torchaudio 2.6.0)."
+    ),
+)
+def torch_companion_mismatch(ctx: Context) -> Iterator[Hit]:
+    from torchkiln.knowledge import load_knowledge
+
+    if ctx.df is None:
+        return
+    kn = load_knowledge()
+    for step in ctx.steps:
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv"):
+                continue
+            pins = {r.name: _exact_pin(r.text) for r in inst.reqs if r.kind == "name" and r.name}
+            torch = pins.get("torch")
+            if not torch:
+                continue
+            for pkg in _COMPANIONS:
+                got = pins.get(pkg)
+                want = kn.companion(pkg, torch)
+                if not got or want is None or not want.version or _same_release(got, want.version):
+                    continue
+                yield Hit(
+                    inst.line,
+                    f"torch=={torch} with {pkg}=={got}: the {pkg} release built for torch {torch} is "
+                    f"{want.version} ({pkg} {got} requires another torch), so this install cannot be resolved",
+                    fix=f"Pin {pkg}=={want.version} (its release for torch {torch}).",
+                    stage=step.stage.label,
+                )
