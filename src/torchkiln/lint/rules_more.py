@@ -162,6 +162,9 @@ def conda_cache(ctx: Context) -> Iterator[Hit]:
 # KL032: downloads with TLS or signature checks turned off
 
 
+_LEGACY_PYPI = "pypi.python.org"
+
+
 def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
     prog = cmd.name.rsplit("/", 1)[-1]
     args = [w.text for w in cmd.words[1:]]
@@ -177,6 +180,11 @@ def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
     if re.fullmatch(r"pip(\d(\.\d+)?)?", prog) or (prog.startswith("python") and "pip" in args[:2]) or prog == "uv":
         hosts = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--trusted-host"]
         hosts += [a.split("=", 1)[1] for a in args if a.startswith("--trusted-host=")]
+        urls = [a for a in args if "://" in a]
+        index = " ".join([*urls, env.get("PIP_INDEX_URL") or "", env.get("PIP_EXTRA_INDEX_URL") or ""])
+        # pypi.python.org only redirects to pypi.org now: pip contacts it (and skips its TLS check)
+        # only when an index URL names it; pip's default index, pypi.org, is verified as usual
+        hosts = [h for h in hosts if h.strip("\"'") != _LEGACY_PYPI or _LEGACY_PYPI in index]
         if hosts:
             return f"pip --trusted-host {hosts[0]} turns off TLS verification for that host"
         if prog == "uv" and "--allow-insecure-host" in args:
