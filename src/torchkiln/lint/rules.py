@@ -346,7 +346,7 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                 continue
             if inst.tool == "pip" and _pip_config_disables_cache(ctx, step, inst):
                 continue
-            if inst.tool == "pip" and _downloads_nothing_cached(inst):
+            if inst.tool == "pip" and (_downloads_nothing_cached(inst) or _already_satisfied(ctx, step, inst)):
                 continue
             if inst.tool == "poetry" and _poetry_deps_already_installed(ctx, step, inst):
                 continue
@@ -453,6 +453,26 @@ def _downloads_nothing_cached(inst: Install) -> bool:
     if not inst.has("--no-deps") or not inst.reqs or inst.has("--requirement", "--constraint"):
         return False
     return all(r.kind in ("path", "vcs", "wheel") and not r.text.startswith(("http://", "https://")) for r in inst.reqs)
+
+
+def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
+    """`pip install setuptools` (bare names, no -U / --force-reinstall / -I) of packages pip already
+    has: pip itself always, setuptools and wheel when the stage chain apt-installed python3-pip
+    (Debian's and Ubuntu's python3-pip depends on python3-setuptools and python3-wheel). pip answers
+    "Requirement already satisfied" and downloads nothing."""
+    assert ctx.df is not None
+    if inst.sub != "install" or inst.has(*_REPLACING) or not inst.reqs:
+        return False
+    if not all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in inst.reqs):
+        return False
+    have = {"pip"}
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    for st in ctx.steps:
+        if st.stage.index in chain and st.ins.line <= step.ins.line:
+            for other in st.installs:
+                if other.tool == "apt" and any(r.text.split("=", 1)[0] == "python3-pip" for r in other.reqs):
+                    have |= {"setuptools", "wheel"}
+    return inst.names <= have
 
 
 def _find_links_local(inst: Install) -> bool:
