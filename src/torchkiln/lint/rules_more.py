@@ -255,12 +255,14 @@ _MAYBE_SECRET = re.compile(r"(^|/)(\.env|\.npmrc)/?$", re.I)
     "KL033",
     "secret-file-in-image",
     "error",
-    "A private key or credentials file is copied into the image",
+    "A private key or credentials file is copied into the image, or a CLI login writes one",
     why=(
         "Everything COPY/ADD puts in a layer ships with the image and stays in its history even if a "
         "later RUN deletes it: anyone who can pull the image can read an SSH key, a cloud "
-        "service-account key, a .netrc or .pypirc. Build-time credentials belong in a BuildKit secret "
-        "mount; run-time ones in the orchestrator's secret store."
+        "service-account key, a .netrc or .pypirc. The same holds for a login run during the build: "
+        "`huggingface-cli login --token ...` stores the token in ~/.cache/huggingface/token, `wandb login` "
+        "in ~/.netrc. Build-time credentials belong in a BuildKit secret mount; run-time ones in the "
+        "orchestrator's secret store."
     ),
     source=(
         "Docker docs 'Build secrets' (RUN --mount=type=secret); CIS Docker Benchmark 4.10 "
@@ -290,6 +292,42 @@ def secret_files(ctx: Context) -> Iterator[Hit]:
                     "into a layer of the image, readable by anyone who pulls it",
                     severity=None if sure else "info",
                 )
+    final = {s.index for s in ctx.final_chain}
+    for step in ctx.steps:
+        if step.stage.index not in final:
+            continue  # a builder stage's layers do not ship
+        cmds = [c for c, _, _ in step.commands]
+        for i, cmd in enumerate(cmds):
+            where = _login_writes(cmd)
+            if where is None:
+                continue
+            later = " ".join(" ".join(c.argv) for c in cmds[i + 1 :])
+            if "logout" in later or re.search(r"\brm\b.*(\.cache/huggingface|\.netrc|\.git-credentials)", later):
+                continue  # removed again in the same RUN: never in a layer
+            yield Hit(
+                cmd.line,
+                f"`{' '.join(cmd.argv[:3])}` writes the credential to {where} in this layer, readable by "
+                "anyone who pulls the image",
+                fix=(
+                    "Pass the token only to the command that needs it, from a secret mount: "
+                    "`RUN --mount=type=secret,id=hf_token,env=HF_TOKEN huggingface-cli download ...` "
+                    "(the hub libraries read HF_TOKEN); never log in inside the build."
+                ),
+                stage=step.stage.label,
+            )
+
+
+def _login_writes(cmd: Command) -> str | None:
+    """Where a CLI login stores its credential: `huggingface-cli login` / `hf auth login` in
+    ~/.cache/huggingface/token (and the git credential store with --add-to-git-credential),
+    `wandb login` in ~/.netrc."""
+    argv = list(cmd.argv)
+    if cmd.name == "huggingface-cli" and argv[1:2] == ["login"] or cmd.name == "hf" and argv[1:3] == ["auth", "login"]:
+        store = " and the git credential store" if "--add-to-git-credential" in argv else ""
+        return f"~/.cache/huggingface/token{store}"
+    if cmd.name == "wandb" and argv[1:2] == ["login"]:
+        return "~/.netrc"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
