@@ -359,7 +359,7 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
             if inst.tool == "pip" and _local_only(inst):
                 yield Hit(
                     inst.line,
-                    f"{tool} in {where} installs only local trees, local wheels or VCS checkouts of a moving "
+                    f"{tool} in {where} installs only local folders or unnamed VCS checkouts of a moving "
                     "branch, which pip does not put in its cache; only the dependencies and build requirements "
                     "it downloads for them would stay in the layer, and whether there are any the Dockerfile "
                     "does not show (a tree that declares none, or whose dependencies are already installed, "
