@@ -598,6 +598,8 @@ def pip_option_removed(ctx: Context) -> Iterator[Hit]:
 # KL038: command substitution in ENV / ARG, which Docker never runs
 
 _SUBST = re.compile(r"\$\(|`")
+#: variables whose value a shell expands itself later (bash prompt strings), so a literal $(...) is meant
+_EXPANDED_LATER = frozenset({"PS1", "PS2", "PS4", "PROMPT_COMMAND"})
 
 
 @rule(
@@ -631,6 +633,8 @@ def env_command_substitution(ctx: Context) -> Iterator[Hit]:
             label = ins.args[at - 1]
         else:
             continue  # a backtick or $( in a name: not a value
+        if label in _EXPANDED_LATER:
+            continue  # the shell expands a prompt's $(...) each time it draws it: meant literally
         yield Hit(
             ins.line,
             f"{ins.keyword} {label} contains a command substitution: Docker stores it as literal text, "
