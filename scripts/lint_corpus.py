@@ -204,14 +204,25 @@ def report(
 
 
 AFTER = "[judged after"  # a verdict taken after the rule changes (a finding the baseline did not have)
+#: the round of rule changes each split was fixed before (for the report's wording)
+SPLIT_ROUND = {
+    "heldout2": "the rule changes of issue 29",
+    "heldout3": "the rule changes of the round after the second judge (2026-11-28)",
+}
 
 
 def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, int]:
     """A split fixed before a round of rule changes: the baseline (its first verdicts), the
     findings now (precision overall and at warning/error, per rule with recall against the misses
-    recorded when it was judged), what the changes removed, and the misses still open."""
+    recorded when it was judged), what the changes removed, and the misses still open.
+
+    The baseline is NAME-verdicts.tsv (rows whose reason starts with AFTER were added later). When
+    NAME-after-verdicts.tsv exists, the findings now are judged by it (every finding of the current
+    rules, the baseline file left as it was taken); otherwise by NAME-verdicts.tsv itself."""
     manifest = read_tsv(CORPUS_DIR / f"{name}.tsv")
     verdict_rows = read_tsv(CORPUS_DIR / f"{name}-verdicts.tsv")
+    after_path = CORPUS_DIR / f"{name}-after-verdicts.tsv"
+    after_rows = read_tsv(after_path) if after_path.is_file() else None
     misses = read_tsv(CORPUS_DIR / f"{name}-misses.tsv") if (CORPUS_DIR / f"{name}-misses.tsv").is_file() else []
     files = [corpus / row["file"] for row in manifest]
     missing = [f.name for f in files if not f.is_file()]
@@ -224,17 +235,23 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         for fd in lint_source(read_source(f, "dockerfile", f.name), config):
             found[(f.name, fd.line, fd.rule)] = (fd.severity, fd.message)
     wall, cpu = time.perf_counter() - t0, time.process_time() + _children_cpu() - cpu0
-    verdicts = {(r["file"], int(r["line"]), r["rule"]): r for r in verdict_rows}
-    bad = [k for k, r in verdicts.items() if r["verdict"] not in VERDICT_KINDS or len(r["why"].strip()) < 20]
+    baseline = {(r["file"], int(r["line"]), r["rule"]): r for r in verdict_rows if not r["why"].startswith(AFTER)}
+    verdicts = {(r["file"], int(r["line"]), r["rule"]): r for r in (after_rows if after_rows is not None else verdict_rows)}
+    every = list(verdict_rows) + list(after_rows or [])
+    bad = [
+        (r["file"], r["line"], r["rule"])
+        for r in every
+        if r["verdict"] not in VERDICT_KINDS or len(r["why"].strip()) < 20
+    ]
     unjudged = sorted(set(found) - set(verdicts))
-    gone = sorted(set(verdicts) - set(found))
-    base = Counter(r["verdict"] for r in verdict_rows if not r["why"].startswith(AFTER))
+    gone = sorted(set(baseline) - set(found)) if after_rows is not None else sorted(set(verdicts) - set(found))
+    base = Counter(r["verdict"] for r in baseline.values())
     nb = sum(base.values())
     now = Counter(verdicts[k]["verdict"] for k in found if k in verdicts)
     n = sum(now.values())
     strict = Counter(verdicts[k]["verdict"] for k, (sev, _) in found.items() if k in verdicts and sev != "info")
     ns = sum(strict.values())
-    removed = Counter(verdicts[k]["verdict"] for k in gone)
+    removed = Counter((baseline.get(k) or verdicts[k])["verdict"] for k in gone)
     exe = find_hadolint(hadolint)
     version, had = run_hadolint(exe, files, suffix=None)
     caught = [m for m in misses if m["rule"] != "-" and (m["file"], int(m["line"]), m["rule"]) in found]
@@ -242,8 +259,8 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
     lines = [
         f"Split `{name}`: {len(files)} public ML/CUDA Dockerfiles from {len({r['repo'] for r in manifest})} "
         f"repositories (list: `docs/lint-corpus/{name}.tsv`; the files are not in this repository), fixed "
-        "and judged before the rule changes of issue 29. Measured by `scripts/lint_corpus.py --split "
-        f"{name}`, hadolint: `{version}` (default rules).",
+        f"and judged before {SPLIT_ROUND.get(name, 'the rule changes that followed')}. Measured by "
+        f"`scripts/lint_corpus.py --split {name}`, hadolint: `{version}` (default rules).",
         "",
         f"- Before the changes: **{nb} findings: {base['true']} true, {base['debatable']} debatable, "
         f"{base['false']} false** (precision {_pct(base['true'], nb)}, false {_pct(base['false'], nb)}); "
@@ -251,19 +268,25 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         f"- Now: **{n} findings: {now['true']} true, {now['debatable']} debatable, {now['false']} false** "
         f"(precision {_pct(now['true'], n)}, false {_pct(now['false'], n)}); at warning or error (what "
         f"fails a run) {ns} findings, precision {_pct(strict['true'], ns)}, false {_pct(strict['false'], ns)}. "
-        f"Findings judged after the changes carry `{AFTER} ...` in their reason.",
+        + (
+            f"Every finding now is judged in `docs/lint-corpus/{after_path.name}` (the baseline file is left as taken)."
+            if after_rows is not None
+            else f"Findings judged after the changes carry `{AFTER} ...` in their reason."
+        ),
         f"- No longer reported: {sum(removed.values())} ({_counts(removed)}); "
         f"recorded misses now caught: {len(caught)} of {len(misses)}.",
         f"- No crash or input error on any file; linting the split took {wall:.2f} s wall, {cpu:.2f} s CPU. "
         f"hadolint: {sum(len(v) for v in had.values())} findings on the same files.",
         "",
-        "| kiln rule | findings | info | true | debatable | false | precision | misses still open | recall "
-        "| hadolint, same problem |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| kiln rule | before: findings, precision | findings | info | true | debatable | false | precision "
+        "| misses still open | recall | hadolint, same problem |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rules = {r.id: r for r in ordered_rules()}
-    rids = sorted({k[2] for k in found} | {m["rule"] for m in misses if m["rule"] != "-"})
+    rids = sorted({k[2] for k in found} | {k[2] for k in baseline} | {m["rule"] for m in misses if m["rule"] != "-"})
     for rid in rids:
+        bk = [r for k, r in baseline.items() if k[2] == rid]
+        before_cell = f"{len(bk)}, {_pct(sum(r['verdict'] == 'true' for r in bk), len(bk))}"
         ks = [k for k in found if k[2] == rid]
         c = Counter(verdicts[k]["verdict"] for k in ks if k in verdicts)
         info = sum(1 for k in ks if found[k][0] == "info")
@@ -271,7 +294,8 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         same = SAME_PROBLEM.get(rid, set())
         had_n = sum(1 for hits in had.values() for code, _ in hits if code in same)
         lines.append(
-            f"| {rid} {rules[rid].name} | {len(ks)} | {info} | {c['true']} | {c['debatable']} | {c['false']} "
+            f"| {rid} {rules[rid].name} | {before_cell} | {len(ks)} | {info} | {c['true']} | {c['debatable']} "
+            f"| {c['false']} "
             f"| {_pct(c['true'], len(ks))} | {left} | {_pct(c['true'], c['true'] + left)} "
             f"| {', '.join(sorted(same)) + f': {had_n}' if same else '—'} |"
         )

@@ -112,3 +112,35 @@ def test_issue29_split_is_fixed_separate_judged_and_measured() -> None:
     block = doc.split("<!-- lint_heldout2:start", 1)[1].split("<!-- lint_heldout2:end -->", 1)[0]
     assert f"{len(rows)} public ML/CUDA Dockerfiles" in block
     assert "Before the changes: **137 findings" in block
+
+
+def test_heldout3_split_is_fixed_before_the_changes_judged_and_measured() -> None:
+    """The split fixed on 2026-11-28 before that round's rule changes: at least 35 public files from
+    30 repositories none of the earlier splits use, the baseline verdicts (97 findings) kept as taken,
+    every finding after the changes judged in heldout3-after-verdicts.tsv, the misses valid, and
+    docs/lint.md carrying the generated measurement."""
+    raw = _rows("heldout3.tsv")
+    assert raw[0]["file"].startswith("#") and "2026-11-28 before any rule change" in raw[0]["file"]
+    rows = [r for r in raw if not r["file"].startswith("#")]
+    assert len(rows) >= 35 and len({r["repo"] for r in rows}) >= 30
+    files = {r["file"] for r in rows}
+    assert len(files) == len(rows)
+    earlier = _rows("manifest.tsv") + _rows("heldout.tsv") + _rows("heldout2.tsv")
+    assert not {r["repo"] for r in rows} & {r["repo"] for r in earlier}
+    for r in rows:
+        assert "/" in r["repo"] and r["path"] and len(r["commit"]) == 40, r
+    for name in ("heldout3-verdicts.tsv", "heldout3-after-verdicts.tsv"):
+        verdicts = [r for r in _rows(name) if not r["file"].startswith("#")]
+        keys = [(r["file"], r["line"], r["rule"]) for r in verdicts]
+        assert len(keys) == len(set(keys)), name
+        for r in verdicts:
+            assert r["file"] in files and int(r["line"]) >= 1 and r["rule"] in RULES, r
+            assert r["verdict"] in ("true", "debatable", "false") and len(r["why"]) > 20, r
+    assert len(_rows("heldout3-verdicts.tsv")) == 97
+    for m in _rows("heldout3-misses.tsv"):
+        assert m["file"] in files and int(m["line"]) >= 1, m
+        assert m["rule"] == "-" or m["rule"] in RULES, m
+    doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- lint_heldout3:start", 1)[1].split("<!-- lint_heldout3:end -->", 1)[0]
+    assert f"{len(rows)} public ML/CUDA Dockerfiles" in block
+    assert "Before the changes: **97 findings" in block

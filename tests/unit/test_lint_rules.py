@@ -233,3 +233,19 @@ def test_kl028_names_no_line_of_the_joined_run_and_says_what_is_open() -> None:
     assert f.line == 2
     assert "line 2" not in f.message
     assert "unexpected end of file" in f.message and "`fi`" in f.message
+
+
+def test_kl009_info_names_the_pinned_pip() -> None:
+    """A fork of apex built with --global-option by a pip the file pins: the info says which pip, not
+    that the file does not show it (the fork's pyproject.toml is what stays unknown)."""
+    text = (
+        "FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel\n"
+        'ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX" MAX_JOBS=4\n'
+        "RUN python -m pip install --no-cache-dir --force-reinstall pip==21.3.1\n"
+        "RUN git clone https://github.com/someone/apex && cd apex \\\n"
+        '    && pip install --no-cache-dir --global-option="--cuda_ext" ./\n'
+        "USER 1000:1000\n"
+    )
+    [f] = [f for f in lint_text(text) if f.rule == "KL009"]
+    assert f.severity == "info" and "fork (someone/apex)" in f.message
+    assert "Line 3 pins pip 21.3.1" in f.message and "does not show which pip" not in f.message

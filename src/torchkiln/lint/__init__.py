@@ -10,7 +10,7 @@ See ``docs/lint.md`` for the rule reference.
 
 from __future__ import annotations
 
-from torchkiln.lint import rules_more  # noqa: F401  (registers KL030-KL036 in RULES; rules.py stays free of it)
+from torchkiln.lint import rules_more  # noqa: F401  (registers KL030-KL039 in RULES; rules.py stays free of it)
 from torchkiln.lint.check import FileError, Finding, LintReport, discover, lint_paths, lint_source, lint_text
 from torchkiln.lint.config import LintConfig, Severity, load_config, parse_config
 from torchkiln.lint.model import Dockerfile, Script, parse_dockerfile, parse_script, read_source

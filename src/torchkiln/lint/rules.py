@@ -346,13 +346,29 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                 continue
             if inst.tool == "pip" and _pip_config_disables_cache(ctx, step, inst):
                 continue
-            if inst.tool == "pip" and _downloads_nothing_cached(inst):
+            if inst.tool == "pip" and (_downloads_nothing_cached(inst) or _already_satisfied(ctx, step, inst)):
                 continue
             if inst.tool == "poetry" and _poetry_deps_already_installed(ctx, step, inst):
                 continue
             tool, cache = _tool_label(inst), _CACHES[inst.tool]
             fix = f"Add --mount=type=cache,target={cache.default_dir} to this RUN (or pass {cache.no_cache_flag})."
             where = _stage_label(step.stage)
+            ngc = _ngc_pip_cache(ctx.df.base_image(step.stage)) if inst.tool == "pip" else None
+            if ngc == "off":
+                continue
+            if inst.tool == "pip" and _local_only(inst):
+                yield Hit(
+                    inst.line,
+                    f"{tool} in {where} installs only local folders or unnamed VCS checkouts of a moving "
+                    "branch, which pip does not put in its cache; only the dependencies and build requirements "
+                    "it downloads for them would stay in the layer, and whether there are any the Dockerfile "
+                    "does not show (a tree that declares none, or whose dependencies are already installed, "
+                    "leaves no cache)",
+                    fix=fix + " Or pass --no-deps when the dependencies are installed already.",
+                    stage=step.stage.label,
+                    severity="info",
+                )
+                continue
             if inst.tool == "uv" and not _uv_copies(inst, step):
                 yield Hit(
                     inst.line,
@@ -364,9 +380,6 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                     stage=step.stage.label,
                     severity="info",
                 )
-                continue
-            ngc = _ngc_pip_cache(ctx.df.base_image(step.stage)) if inst.tool == "pip" else None
-            if ngc == "off":
                 continue
             if ngc == "unknown":
                 yield Hit(
@@ -434,10 +447,67 @@ def _poetry_deps_already_installed(ctx: Context, step: Step, inst: Install) -> b
 def _downloads_nothing_cached(inst: Install) -> bool:
     """`pip install --no-deps` of local wheels, local folders or VCS checkouts only: nothing is
     downloaded from an index but build requirements, and pip does not cache wheels it builds from a
-    moving VCS reference."""
+    moving VCS reference. `pip install --no-index` downloads nothing at all."""
+    if inst.has("--no-index") and not inst.has("--find-links") or _find_links_local(inst):
+        return True
     if not inst.has("--no-deps") or not inst.reqs or inst.has("--requirement", "--constraint"):
         return False
     return all(r.kind in ("path", "vcs", "wheel") and not r.text.startswith(("http://", "https://")) for r in inst.reqs)
+
+
+def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
+    """`pip install setuptools` (bare names, no -U / --force-reinstall / -I) of packages pip already
+    has: pip itself always, setuptools and wheel when the stage chain apt-installed python3-pip
+    (Debian's and Ubuntu's python3-pip depends on python3-setuptools and python3-wheel). pip answers
+    "Requirement already satisfied" and downloads nothing."""
+    assert ctx.df is not None
+    if inst.sub != "install" or inst.has(*_REPLACING) or not inst.reqs:
+        return False
+    if not all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in inst.reqs):
+        return False
+    have = {"pip"}
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    for st in ctx.steps:
+        if st.stage.index in chain and st.ins.line <= step.ins.line:
+            for other in st.installs:
+                if other.tool == "apt" and any(r.text.split("=", 1)[0] == "python3-pip" for r in other.reqs):
+                    have |= {"setuptools", "wheel"}
+    return inst.names <= have
+
+
+def _find_links_local(inst: Install) -> bool:
+    """`--no-index` with `--find-links` pointing at local folders only: nothing comes over the network."""
+    links = inst.values("--find-links")
+    return inst.has("--no-index") and bool(links) and all(not re.match(r"^[a-z]+://", v) for v in links)
+
+
+#: a full commit id: pip caches the wheel it builds from a VCS URL pinned to one (pip docs 'Caching':
+#: wheels built from a VCS reference are cached only when the reference is an immutable commit)
+_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _local_only(inst: Install) -> bool:
+    """Every requirement of a pip install is a local folder or an unnamed VCS checkout of a moving
+    reference: pip keeps none of them in its wheel cache (pip docs 'Caching': wheels built from a
+    local directory are not cached; a VCS build only when it is pinned to a commit), so only what the
+    install downloads for their dependencies or build requirements could stay, which the Dockerfile
+    does not show. A folder with extras (`.[dev]`) declares dependencies, and a named requirement
+    (`peft @ git+...`) or a wheel file is a published project that usually has some: those stay
+    warnings."""
+    if not inst.reqs or inst.has("--requirement", "--constraint"):
+        return False
+    for r in inst.reqs:
+        if r.kind == "path" and re.search(r"\[[^\]]+\]$", r.text.strip("\"'")):
+            return False  # `.[dev]`: the extras name dependencies, so the tree declares some
+        if r.kind == "path":
+            continue
+        if r.kind == "vcs" and r.name is None:
+            ref = r.text.split("#", 1)[0].split("://", 1)[-1]
+            ref = ref.rsplit("@", 1)[1] if "@" in ref.split("/", 1)[-1] else ""
+            if not _COMMIT_ID.match(ref.lower()):
+                continue
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,18 +535,33 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
     for step in _final_steps(ctx):
         updates = [
             cmd for cmd, _, _ in step.commands
-            if cmd.name in ("apt-get", "apt", "aptitude") and "update" in cmd.argv[1:]
+            if (cmd.name in ("apt-get", "apt", "aptitude") and "update" in cmd.argv[1:]) or _refreshes_lists(cmd)
         ]
         if not updates:
             continue
         if any(t.rstrip("/") in ("/var/lib/apt", "/var/lib/apt/lists") for t in step.cache_targets()):
             continue
         if not any(_removes(cmd, "/var/lib/apt/lists") for cmd, _, _ in step.commands):
+            what = (
+                "add-apt-repository (which refreshes the package lists itself unless given -n)"
+                if updates[0].name == "add-apt-repository"
+                else "apt-get update"
+            )
             yield Hit(
                 updates[0].line,
-                f"apt-get update in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer",
+                f"{what} in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer",
                 stage=step.stage.label,
             )
+
+
+def _refreshes_lists(cmd: Command) -> bool:
+    """`add-apt-repository REPO` runs `apt update` after adding the repository unless -n /
+    --no-update is given (software-properties' add-apt-repository, Ubuntu 18.04 and later)."""
+    if cmd.name != "add-apt-repository":
+        return False
+    args = cmd.argv[1:]
+    return not any(a in ("-n", "--no-update", "-r", "--remove") or (a.startswith("-") and not a.startswith("--")
+                   and "n" in a[1:]) for a in args)
 
 
 def _removes(cmd: Command, folder: str) -> bool:
@@ -522,10 +607,12 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
     for stage in ctx.df.stages:
         copy_at: Instruction | None = None
         tools_before: set[str] = set()
+        names_before: set[str] = set()  # packages installed before the COPY
         for anc in ctx.df.chain(stage)[:-1]:
             for ins in anc.instructions:
                 if ins.line in steps:
                     tools_before |= {i.tool for i in steps[ins.line].installs}
+                    names_before |= {n for i in steps[ins.line].installs for n in i.names}
         for ins in stage.instructions:
             if ins.keyword in ("COPY", "ADD") and not ins.flag_values("from") and not ins.heredocs:
                 if copy_at is None and any(a in _WHOLE_CONTEXT for a in ins.args[:-1]):
@@ -534,7 +621,9 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
             if ins.line not in steps:
                 continue
             for inst in steps[ins.line].installs:
-                if copy_at is not None and _is_dependency_install(inst, tools_before):
+                if copy_at is None:
+                    names_before |= inst.names
+                if copy_at is not None and _is_dependency_install(inst, tools_before, names_before):
                     yield Hit(
                         copy_at.line,
                         f"{copy_at.keyword} {' '.join(copy_at.args)} in {_stage_label(stage)} comes before the "
@@ -546,13 +635,20 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
                 tools_before.add(inst.tool)
 
 
-def _is_dependency_install(inst: Install, tools_before: set[str]) -> bool:
+def _is_dependency_install(inst: Install, tools_before: set[str], names_before: set[str]) -> bool:
     if inst.tool in ("apt", "conda", "dnf", "apk"):
         return True
     if inst.tool not in ("pip", "uv"):
         return False
-    if inst.has("--requirement") or any(r.kind in ("name", "vcs", "url", "wheel") for r in inst.reqs):
+    if inst.has("--requirement"):
         return True
+    for r in inst.reqs:
+        if r.kind == "wheel" and not re.match(r"^[a-z]+://", r.text):
+            continue  # a local wheel, built from the copied code (`pip install dist/*.whl`): the project itself
+        if r.kind == "name" and r.name in names_before:
+            continue  # installed before the COPY already (a pin repeated for the project's wheels)
+        if r.kind in ("name", "vcs", "url", "wheel"):
+            return True
     # installing the project itself (`pip install .`, `uv sync`): fine when its dependencies
     # were installed before the COPY, or when it installs without dependencies
     if inst.has("--no-deps"):
@@ -1072,14 +1168,35 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         if b.label == "apex" and _legacy_apex(b):
             continue
+        if inst.has(*LEGACY_PIP_OPTIONS) and pip_upgraded_before(ctx, b.step, inst):
+            # the newest pip rejects the option before it builds anything (KL037 reports that, with a
+            # fix that adds --no-build-isolation); apex's default branch has a pyproject.toml, so its
+            # build stays isolated once the option is fixed: said at info, as the second failure
+            if b.label == "apex" and _apex_origin(ctx, b) is None and _source_pin(b) is None:
+                yield Hit(
+                    inst.line,
+                    "apex's default branch has a pyproject.toml, so once the removed pip option is replaced "
+                    "(KL037) pip still builds it in an isolated environment without your torch: add "
+                    "--no-build-isolation",
+                    stage=b.step.stage.label,
+                    severity="info",
+                )
+            continue
         why_unsure = _isolation_unsure(ctx, b)
         if why_unsure:
+            pinned = _pip_pinned_before(ctx, b.step, inst)
+            which = (
+                f"Line {pinned[0]} pins pip {pinned[1]}, which isolates the build only when the tree has a "
+                "pyproject.toml"
+                if pinned
+                else "The Dockerfile does not show which pip runs"
+            )
             yield Hit(
                 inst.line,
                 f"{b.label} is built without --no-build-isolation and {why_unsure}: pip before 25.3 with "
                 "`wheel` installed runs its setup.py with the image's torch; pip 25.3 and later (or without "
                 "`wheel`) build it in an isolated environment without torch (\"No module named 'torch'\"). "
-                "The Dockerfile does not show which pip runs",
+                + which,
                 stage=b.step.stage.label,
                 severity="info",
             )
@@ -1100,8 +1217,12 @@ def _isolation_unsure(ctx: Context, b: ExtBuild) -> str | None:
     a pip whose version the Dockerfile does not show. uv always isolates; a pip upgraded to the
     newest release (`pip install -U pip`) is 25.3 or later and always isolates."""
     inst = b.install
-    if inst.tool == "uv" or _pip_upgraded_before(ctx, b):
+    if inst.tool == "uv" or pip_upgraded_before(ctx, b.step, inst):
         return None
+    if b.label == "apex" and inst.has(*LEGACY_PIP_OPTIONS):
+        origin = _apex_origin(ctx, b)
+        if origin is not None:
+            return f"comes from {origin}, whose pyproject.toml (if any) the file does not show"
     for r in inst.reqs:
         if r.kind == "name" and r.name in _SDIST_WITHOUT_PYPROJECT and r.name == b.label:
             return "its sdist has no pyproject.toml"
@@ -1111,20 +1232,66 @@ def _isolation_unsure(ctx: Context, b: ExtBuild) -> str | None:
     return None
 
 
-def _pip_upgraded_before(ctx: Context, b: ExtBuild) -> bool:
-    """`pip install -U pip` (no version) earlier in the stage chain or the same RUN: the newest pip."""
+#: pip options of the legacy `setup.py` path: --install-option was removed in pip 23.1,
+#: --global-option and --build-option in pip 25.3 (pip release notes)
+LEGACY_PIP_OPTIONS = ("--global-option", "--build-option", "--install-option")
+
+
+def pip_upgraded_before(ctx: Context, step: Step, inst: Install) -> int | None:
+    """The line of a `pip install -U pip` (no version) earlier in the stage chain or the same RUN
+    (the newest pip), None when there is none."""
     assert ctx.df is not None
-    chain = {s.index for s in ctx.df.chain(b.step.stage)}
+    chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
-        if st.stage.index not in chain or st.ins.line > b.step.ins.line:
+        if st.stage.index not in chain or st.ins.line > step.ins.line:
             continue
         for other in st.installs:
-            if other is b.install:
+            if other is inst:
                 break
             upgrades_pip = any(r.text.strip().lower() == "pip" for r in other.reqs)
             if other.tool == "pip" and other.has("--upgrade") and upgrades_pip:
-                return True
-    return False
+                return other.line
+    return None
+
+
+def _pip_pinned_before(ctx: Context, step: Step, inst: Install) -> tuple[int, str] | None:
+    """The line and version of the last `pip install pip==X` before ``inst`` in its stage chain."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    found: tuple[int, str] | None = None
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > step.ins.line:
+            continue
+        for other in st.installs:
+            if other is inst:
+                break
+            for r in other.reqs:
+                m = re.fullmatch(r"pip==([0-9][0-9.]*)", r.text.strip().strip("\"'").lower())
+                if other.tool == "pip" and m:
+                    found = (other.line, m.group(1))
+    return found
+
+
+def _apex_origin(ctx: Context, b: ExtBuild) -> str | None:
+    """Where an apex build comes from when it is not NVIDIA/apex's moving default branch: "a fork
+    (OWNER/apex)" for a clone or URL of another owner's apex, "a local copy" for a folder the
+    Dockerfile copied in; None for NVIDIA/apex itself (whose default branch has a pyproject.toml)."""
+    urls = [r.text for r in b.install.reqs if r.kind == "vcs" and "apex" in r.text.lower()]
+    for st in ctx.steps:
+        if st.ins.line > b.step.ins.line:
+            break
+        for cmd, _env, _cwd in st.commands:
+            if cmd is b.install.command:
+                break
+            argv = list(cmd.argv)
+            if argv[:1] == ["git"] and "clone" in argv:
+                urls += [a for a in argv if "://" in a and _repo_name(a).lower() == "apex"]
+    if not urls:
+        return "a local copy" if any(r.kind == "path" for r in b.install.reqs) else None
+    m = re.search(r"github\.com[/:]([^/]+)/apex", urls[-1], re.I)
+    if m and m.group(1).lower() != "nvidia":
+        return f"a fork ({m.group(1)}/apex)"
+    return None
 
 
 #: pinned releases known to ship a pyproject.toml whose build requirements include torch (an
@@ -1240,6 +1407,16 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
                 fix="Split it: install torch in one command (or RUN), then the extension with --no-build-isolation.",
             )
             continue
+        cpu = _cpu_torch_before(ctx, b)
+        if cpu is not None and _compiles_cuda(b):
+            yield b.hit(
+                f"{b.label} compiles CUDA code, but the torch installed before it (line {cpu[0]}: {cpu[1]}) is a "
+                "CPU-only build: torch.utils.cpp_extension finds no CUDA in it, so the CUDA build fails or "
+                "produces no kernels",
+                fix="Install a CUDA build of torch (from https://download.pytorch.org/whl/cuXYZ, matching the image's "
+                "toolkit) before the extension.",
+            )
+            continue
         state = ctx.torch_before(b.step)
         if state != "no":
             continue
@@ -1251,6 +1428,39 @@ def ext_before_torch(ctx: Context) -> Iterator[Hit]:
                 earlier = True
         if not earlier:
             yield b.hit(f"{b.label} is built but nothing before it installs torch")
+
+
+def _cpu_torch_before(ctx: Context, b: ExtBuild) -> tuple[int, str] | None:
+    """The line and requirement of the last torch install before ``b`` in its stage chain when that
+    torch is a CPU-only build (`torch==X+cpu`, or PyTorch's cpu index); None otherwise."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(b.step.stage)}
+    last: tuple[int, str] | None = None
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line > b.step.ins.line:
+            continue
+        for inst in st.installs:
+            if inst is b.install:
+                break
+            torch = [r for r in inst.reqs if r.name == "torch"]
+            if inst.tool not in ("pip", "uv") or not torch:
+                continue
+            index = " ".join(inst.values("--index-url", "--extra-index-url", "--find-links"))
+            cpu = "+cpu" in torch[0].text or re.search(r"/whl/cpu(/|$|\s)", index + " ") is not None
+            last = (inst.line, torch[0].text) if cpu else None
+    return last
+
+
+def _compiles_cuda(b: ExtBuild) -> bool:
+    """The build certainly compiles CUDA code: a CUDA switch (--cuda_ext, FORCE_CUDA=1, ...) or an
+    extension that is nothing but CUDA kernels."""
+    opts = " ".join(b.install.values("--config-settings", "--global-option", "--build-option", "--install-option"))
+    argv = " ".join(b.install.command.argv)
+    if "--cuda_ext" in opts or "--cuda_ext" in argv:
+        return True
+    if any(_CUDA_SIGNALS.match(k) and _env_true(b.env, k) for k in b.env):
+        return True
+    return b.label in {"flash-attn", "flash-attention", "xformers", "mamba-ssm", "causal-conv1d", "vllm"}
 
 
 @rule(
@@ -1428,13 +1638,11 @@ def _keeps_installed(ctx: Context, step: Step, inst: Install, name: str) -> bool
     """Whether ``pip install NAME`` / ``uv pip install NAME`` leaves the base image's NAME in place:
     a bare name (no version, URL or extras) without -U / --force-reinstall / -I / --reinstall is
     "Requirement already satisfied" for an installed distribution of any version, pre-releases and
-    NGC's local versions (2.8.0a0+...) included, unless an earlier command uninstalled it."""
+    NGC's local versions (2.8.0a0+...) included (after an uninstall, KL013 does not report it at all)."""
     if inst.sub != "install" or inst.has(*_REPLACING):
         return False
     same = [r for r in inst.reqs if r.name == name]
-    if not same or not all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in same):
-        return False
-    return not _uninstalled_before(ctx, step, inst, name)
+    return bool(same) and all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in same)
 
 
 def _uninstalled_before(ctx: Context, step: Step, inst: Install, name: str) -> bool:
@@ -1479,8 +1687,14 @@ def torch_on_ngc(ctx: Context) -> Iterator[Hit]:
         for inst in step.installs:
             if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "sync"):
                 continue
+            # a package the file uninstalled earlier is replaced on purpose (transformers' DeepSpeed
+            # image: `pip uninstall -y torch torchvision torchaudio`, then the torch it tests): there
+            # is no NGC build left to protect, and a constraints file would defeat the purpose
             torch = sorted(
-                n for n in inst.names & TORCH_FAMILY if not (n in _NGC_SHIPS and _keeps_installed(ctx, step, inst, n))
+                n
+                for n in inst.names & TORCH_FAMILY
+                if not (n in _NGC_SHIPS and _keeps_installed(ctx, step, inst, n))
+                and not _uninstalled_before(ctx, step, inst, n)
             )
             if not torch:
                 continue

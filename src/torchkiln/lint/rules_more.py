@@ -1,6 +1,8 @@
-"""Rules added for issue 29 (KL030-KL036): problems a Dockerfile shows with certainty that the first
-rules missed on public files: commands a comment swallows, conda caches, unverified downloads,
-secret files copied into the image, and an extension wheel built for another torch.
+"""Rules added for issue 29 (KL030-KL036) and after the heldout3 split (KL037-KL039): problems a
+Dockerfile shows with certainty that the first rules missed on public files: commands a comment
+swallows, conda caches, unverified downloads, secret files copied into the image, an extension
+wheel built for another torch, a pip option the upgraded pip removed, command substitution in ENV
+and torch companions of another release (KL039).
 
 Registered on import: the package (``torchkiln/lint/__init__.py``) imports this module after ``rules``, so
 every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it back."""
@@ -160,6 +162,9 @@ def conda_cache(ctx: Context) -> Iterator[Hit]:
 # KL032: downloads with TLS or signature checks turned off
 
 
+_LEGACY_PYPI = "pypi.python.org"
+
+
 def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
     prog = cmd.name.rsplit("/", 1)[-1]
     args = [w.text for w in cmd.words[1:]]
@@ -175,6 +180,11 @@ def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
     if re.fullmatch(r"pip(\d(\.\d+)?)?", prog) or (prog.startswith("python") and "pip" in args[:2]) or prog == "uv":
         hosts = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--trusted-host"]
         hosts += [a.split("=", 1)[1] for a in args if a.startswith("--trusted-host=")]
+        urls = [a for a in args if "://" in a]
+        index = " ".join([*urls, env.get("PIP_INDEX_URL") or "", env.get("PIP_EXTRA_INDEX_URL") or ""])
+        # pypi.python.org only redirects to pypi.org now: pip contacts it (and skips its TLS check)
+        # only when an index URL names it; pip's default index, pypi.org, is verified as usual
+        hosts = [h for h in hosts if h.strip("\"'") != _LEGACY_PYPI or _LEGACY_PYPI in index]
         if hosts:
             return f"pip --trusted-host {hosts[0]} turns off TLS verification for that host"
         if prog == "uv" and "--allow-insecure-host" in args:
@@ -245,12 +255,14 @@ _MAYBE_SECRET = re.compile(r"(^|/)(\.env|\.npmrc)/?$", re.I)
     "KL033",
     "secret-file-in-image",
     "error",
-    "A private key or credentials file is copied into the image",
+    "A private key or credentials file is copied into the image, or a CLI login writes one",
     why=(
         "Everything COPY/ADD puts in a layer ships with the image and stays in its history even if a "
         "later RUN deletes it: anyone who can pull the image can read an SSH key, a cloud "
-        "service-account key, a .netrc or .pypirc. Build-time credentials belong in a BuildKit secret "
-        "mount; run-time ones in the orchestrator's secret store."
+        "service-account key, a .netrc or .pypirc. The same holds for a login run during the build: "
+        "`huggingface-cli login --token ...` stores the token in ~/.cache/huggingface/token, `wandb login` "
+        "in ~/.netrc. Build-time credentials belong in a BuildKit secret mount; run-time ones in the "
+        "orchestrator's secret store."
     ),
     source=(
         "Docker docs 'Build secrets' (RUN --mount=type=secret); CIS Docker Benchmark 4.10 "
@@ -280,6 +292,42 @@ def secret_files(ctx: Context) -> Iterator[Hit]:
                     "into a layer of the image, readable by anyone who pulls it",
                     severity=None if sure else "info",
                 )
+    final = {s.index for s in ctx.final_chain}
+    for step in ctx.steps:
+        if step.stage.index not in final:
+            continue  # a builder stage's layers do not ship
+        cmds = [c for c, _, _ in step.commands]
+        for i, cmd in enumerate(cmds):
+            where = _login_writes(cmd)
+            if where is None:
+                continue
+            later = " ".join(" ".join(c.argv) for c in cmds[i + 1 :])
+            if "logout" in later or re.search(r"\brm\b.*(\.cache/huggingface|\.netrc|\.git-credentials)", later):
+                continue  # removed again in the same RUN: never in a layer
+            yield Hit(
+                cmd.line,
+                f"`{' '.join(cmd.argv[:3])}` writes the credential to {where} in this layer, readable by "
+                "anyone who pulls the image",
+                fix=(
+                    "Pass the token only to the command that needs it, from a secret mount: "
+                    "`RUN --mount=type=secret,id=hf_token,env=HF_TOKEN huggingface-cli download ...` "
+                    "(the hub libraries read HF_TOKEN); never log in inside the build."
+                ),
+                stage=step.stage.label,
+            )
+
+
+def _login_writes(cmd: Command) -> str | None:
+    """Where a CLI login stores its credential: `huggingface-cli login` / `hf auth login` in
+    ~/.cache/huggingface/token (and the git credential store with --add-to-git-credential),
+    `wandb login` in ~/.netrc."""
+    argv = list(cmd.argv)
+    if cmd.name == "huggingface-cli" and argv[1:2] == ["login"] or cmd.name == "hf" and argv[1:3] == ["auth", "login"]:
+        store = " and the git credential store" if "--add-to-git-credential" in argv else ""
+        return f"~/.cache/huggingface/token{store}"
+    if cmd.name == "wandb" and argv[1:2] == ["login"]:
+        return "~/.netrc"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,12 +458,13 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
     "KL035",
     "run-sets-nothing",
     "warning",
-    "A RUN only exports or assigns variables, which end with it",
+    "A RUN only exports or assigns variables, or only changes the directory, which end with it",
     why=(
         "Each RUN is a new shell: `RUN export FORCE_CUDA=1` or `RUN A=1 && B=2` sets the variables "
         "for that shell only, and they are gone when it exits. The later build steps the author meant "
         "them for run without them (a CUDA extension built without FORCE_CUDA, a library path that is "
-        "not set)."
+        "not set). Likewise `RUN cd src` changes nothing: the next RUN starts in the WORKDIR again, so "
+        "a following `RUN python setup.py install` runs in the wrong folder."
     ),
     source=(
         "Dockerfile reference 'RUN' and 'ENV' (ENV values persist for later instructions; "
@@ -429,15 +478,26 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
         if not cmds or step.ins.heredocs:
             continue
         names: list[str] = []
+        cd: str | None = None
         for c in cmds:
             if c.name == "export" and len(c.words) > 1:
                 names += [w.text.split("=", 1)[0] for w in c.words[1:] if not w.text.startswith("-")]
             elif not c.words and c.assignments:
                 names += [w.text.split("=", 1)[0] for w in c.assignments]
+            elif c.name in ("cd", "pushd") and len(c.words) <= 2:
+                cd = c.argv[1] if len(c.argv) > 1 else "~"
             else:
                 break
         else:
-            if names:
+            if cd is not None:
+                yield Hit(
+                    step.ins.line,
+                    f"RUN only changes the directory (`cd {cd}`): the next RUN starts in the WORKDIR "
+                    "again, not in that folder",
+                    fix=f"Use `WORKDIR {cd}`, or run the commands in the same RUN: `RUN cd {cd} && ...`.",
+                    stage=step.stage.label,
+                )
+            elif names:
                 yield Hit(
                     step.ins.line,
                     f"RUN only sets {', '.join(names)}: the values end with this RUN's shell "
@@ -482,3 +542,171 @@ def missing_separator(ctx: Context) -> Iterator[Hit]:
                         f"(line {cmd.line}): a `&&` is missing before it, so it never runs as a command",
                     )
                     break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL037: a pip option the newest pip no longer has, after the Dockerfile upgraded pip
+
+
+@rule(
+    "KL037",
+    "pip-option-removed",
+    "error",
+    "pip is upgraded to the newest release, then run with an option that release removed",
+    why=(
+        "`pip install -U pip` installs the newest pip. pip 23.1 removed `--install-option`, and pip 25.3 "
+        "removed `--global-option` and `--build-option` (the legacy `setup.py install` path that apex's "
+        "and DeepSpeed's old instructions use), so the later install stops with \"no such option\" and the "
+        "extension is never built. Once the option is gone, pip always builds in an isolated "
+        "environment, so the build also needs --no-build-isolation to see the image's torch."
+    ),
+    source=(
+        "pip release notes 23.1 and 25.3 (pip.pypa.io/en/stable/news/); NVIDIA/apex README (install with "
+        "--config-settings)"
+    ),
+    fix=(
+        "Pass the options as config settings with --no-build-isolation, as apex's README does: "
+        "`pip install --no-build-isolation --config-settings \"--build-option=--cpp_ext\" "
+        "--config-settings \"--build-option=--cuda_ext\" .`, or pin the pip upgrade (`pip install -U \"pip<25.3\"`)."
+    ),
+)
+def pip_option_removed(ctx: Context) -> Iterator[Hit]:
+    from torchkiln.lint.rules import LEGACY_PIP_OPTIONS, pip_upgraded_before
+
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        for inst in step.installs:
+            if inst.tool != "pip":
+                continue
+            used = [o for o in LEGACY_PIP_OPTIONS if inst.has(o)]
+            if not used:
+                continue
+            upgraded = pip_upgraded_before(ctx, step, inst)
+            if upgraded is None:
+                continue
+            removed_in = "23.1" if used[0] == "--install-option" else "25.3"
+            yield Hit(
+                inst.line,
+                f"`{used[0]}` was removed in pip {removed_in}, and line {upgraded} upgrades pip to the newest "
+                "release: this install stops with \"no such option\" before anything is built",
+                stage=step.stage.label,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL038: command substitution in ENV / ARG, which Docker never runs
+
+_SUBST = re.compile(r"\$\(|`")
+#: variables whose value a shell expands itself later (bash prompt strings), so a literal $(...) is meant
+_EXPANDED_LATER = frozenset({"PS1", "PS2", "PS4", "PROMPT_COMMAND"})
+
+
+@rule(
+    "KL038",
+    "env-command-substitution",
+    "warning",
+    "ENV or ARG holds a command substitution, which Docker does not run",
+    why=(
+        "ENV and ARG values expand only variables (`$VAR`, `${VAR}`), never commands: "
+        "`ENV CMAKE_PREFIX_PATH=\"$(dirname $(which conda))/../\"` sets the literal text "
+        "`$(dirname $(which conda))/../`, so CMake (or whatever reads it) gets a path that does not exist."
+    ),
+    source="Dockerfile reference 'Environment replacement' (only $variable and ${variable} forms are expanded)",
+    fix="Write the value out (`ENV CMAKE_PREFIX_PATH=/opt/conda`), or compute it in the RUN that needs it.",
+)
+def env_command_substitution(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for ins in ctx.df.instructions():
+        if ins.keyword not in ("ENV", "ARG"):
+            continue
+        at = next((i for i, a in enumerate(ins.args) if _SUBST.search(a)), None)
+        if at is None:
+            continue
+        arg = ins.args[at]
+        # ENV's args are name/value pairs; ARG's (and `ENV A=b`) are `NAME=value` words
+        name, eq, value = arg.partition("=")
+        if eq and not _SUBST.search(name):
+            label = name
+        elif at > 0 and ins.keyword == "ENV":
+            label = ins.args[at - 1]
+        else:
+            continue  # a backtick or $( in a name: not a value
+        if label in _EXPANDED_LATER:
+            continue  # the shell expands a prompt's $(...) each time it draws it: meant literally
+        yield Hit(
+            ins.line,
+            f"{ins.keyword} {label} contains a command substitution: Docker stores it as literal text, "
+            "it never runs the command",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL039: torch and its companions pinned to releases that do not belong together
+
+_COMPANIONS = ("torchvision", "torchaudio")
+_EXACT_PIN = re.compile(r"===?\s*v?([0-9][0-9A-Za-z.!]*)(?:\+[0-9A-Za-z.]+)?\s*$")
+
+
+def _exact_pin(text: str) -> str | None:
+    m = _EXACT_PIN.search(text.strip().strip("\"'"))
+    return m.group(1) if m else None
+
+
+def _same_release(a: str, b: str) -> bool:
+    try:
+        va, vb = Version(a), Version(b)
+    except InvalidVersion:
+        return True  # not comparable: say nothing
+    ra, rb = va.release + (0,) * 3, vb.release + (0,) * 3
+    return ra[:3] == rb[:3] and va.pre == vb.pre
+
+
+@rule(
+    "KL039",
+    "torch-companion-mismatch",
+    "error",
+    "torch and torchvision/torchaudio pinned to releases that do not belong together",
+    why=(
+        "Each torchvision and torchaudio release is built against exactly one torch release and pins "
+        "it in its metadata (torchvision 0.16.0 requires torch==2.1.0). Pinning torch and a companion "
+        "from different releases in one install cannot be resolved (\"ResolutionImpossible\"), and "
+        "with --no-deps the companion's C++ ops fail to load (\"operator torchvision::nms does not "
+        "exist\")."
+    ),
+    source=(
+        "torchvision/torchaudio wheel METADATA on PyPI (knowledge/companions.toml); pytorch/vision README "
+        "(version table)"
+    ),
+    fix=(
+        "Pin the companion release of that torch (knowledge/companions.toml: torch 2.6.0 goes with "
+        "torchvision 0.21.0 and torchaudio 2.6.0)."
+    ),
+)
+def torch_companion_mismatch(ctx: Context) -> Iterator[Hit]:
+    from torchkiln.knowledge import load_knowledge
+
+    if ctx.df is None:
+        return
+    kn = load_knowledge()
+    for step in ctx.steps:
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv"):
+                continue
+            pins = {r.name: _exact_pin(r.text) for r in inst.reqs if r.kind == "name" and r.name}
+            torch = pins.get("torch")
+            if not torch:
+                continue
+            for pkg in _COMPANIONS:
+                got = pins.get(pkg)
+                want = kn.companion(pkg, torch)
+                if not got or want is None or not want.version or _same_release(got, want.version):
+                    continue
+                yield Hit(
+                    inst.line,
+                    f"torch=={torch} with {pkg}=={got}: the {pkg} release built for torch {torch} is "
+                    f"{want.version} ({pkg} {got} requires another torch), so this install cannot be resolved",
+                    fix=f"Pin {pkg}=={want.version} (its release for torch {torch}).",
+                    stage=step.stage.label,
+                )

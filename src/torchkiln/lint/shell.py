@@ -299,13 +299,23 @@ def _make_command(words: list[Token], snippet: Snippet) -> list[Command]:
     while i < len(words) and _ASSIGN.match(words[i].raw):
         assigns.append(words[i])
         i += 1
-    # wrappers that run the rest: sudo [-opts], env [-opts] [A=B...], exec, nohup, command, nice
+    # wrappers that run the rest: sudo [-opts], env [-opts] [A=B...], exec, nohup, command, nice,
+    # poetry/pipenv run, conda/mamba/micromamba run [-n ENV]
     while i < len(words):
         w = words[i].text.rsplit("/", 1)[-1]
         if w in ("sudo", "exec", "nohup", "command", "nice", "eatmydata", "xargs", "stdbuf"):
             i += 1
             while i < len(words) and words[i].text.startswith("-"):
                 takes = w == "sudo" and words[i].text in ("-u", "-g", "-C", "-D", "-h", "-p", "-U")
+                i += 2 if takes else 1
+            continue
+        if w in ("poetry", "pipenv") and i + 1 < len(words) and words[i + 1].text == "run":
+            i += 2  # `poetry run pip install ...` runs pip in the project's environment
+            continue
+        if w in ("conda", "mamba", "micromamba") and i + 1 < len(words) and words[i + 1].text == "run":
+            i += 2
+            while i < len(words) and words[i].text.startswith("-"):
+                takes = words[i].text in ("-n", "--name", "-p", "--prefix", "--cwd")
                 i += 2 if takes else 1
             continue
         if w == "env":
@@ -428,6 +438,11 @@ _VALUE_OPTS = frozenset(
         "--no-build-package", "--config-file", "--cache", "--name", "--prefix-dir", "--channel", "--file",
     }
 )  # fmt: skip
+#: pip's general options that take a value (`pip --cache-dir DIR install ...`)
+_PIP_GENERAL_VALUE_OPTS = frozenset(
+    {"--cache-dir", "--log", "--proxy", "--retries", "--timeout", "--exists-action", "--trusted-host", "--cert",
+     "--client-cert", "--python", "--keyring-provider", "--use-feature", "--use-deprecated", "--log-file"}
+)  # fmt: skip
 _SHORT = {
     "-r": "--requirement", "-c": "--constraint", "-e": "--editable", "-i": "--index-url",
     "-f": "--find-links", "-t": "--target", "-U": "--upgrade", "-n": "--no-cache", "-p": "--python",
@@ -484,13 +499,18 @@ def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
         else:
             return None
     if re.fullmatch(r"pip(\d(\.\d+)?)?", prog):
-        if len(argv) >= 2 and argv[1] in ("install", "wheel", "download"):
-            opts, pos = _opts(argv[2:])
+        # pip's general options may come before the command: `pip --no-cache-dir install torch`
+        # (pip's own parser takes them anywhere; pip/_internal/cli/main_parser.py)
+        sub_at = 1
+        while sub_at < len(argv) and argv[sub_at].startswith("-"):
+            sub_at += 2 if argv[sub_at] in _PIP_GENERAL_VALUE_OPTS else 1
+        if len(argv) > sub_at and argv[sub_at] in ("install", "wheel", "download"):
+            opts, pos = _opts([*argv[1:sub_at], *argv[sub_at + 1 :]])
             # pip's option parser (optparse) accepts any unambiguous prefix of a long option:
             # `--no-cache` is `--no-cache-dir` (pip/_internal/cli/cmdoptions.py; Python optparse docs)
             if "--no-cache" in opts:
                 opts.setdefault("--no-cache-dir", opts.pop("--no-cache"))
-            return Install("pip", argv[1], cmd, opts, _reqs(opts, pos), env)
+            return Install("pip", argv[sub_at], cmd, opts, _reqs(opts, pos), env)
         return None
     if prog == "poetry" and len(argv) >= 2 and argv[1] in ("install", "add", "sync", "update"):
         # Poetry downloads into its own cache (~/.cache/pypoetry) and copies into the environment

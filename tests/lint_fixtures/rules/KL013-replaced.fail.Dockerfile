@@ -1,13 +1,9 @@
-# A bare name still replaces NVIDIA's build after -U, after an uninstall, and for torchaudio,
-# which the NGC image does not ship (it comes with its own torch pin).
+# A bare name still replaces NVIDIA's build after -U, and for torchaudio, which the NGC image
+# does not ship (it comes with its own torch pin).
 FROM nvcr.io/nvidia/pytorch:24.05-py3
 RUN --mount=type=cache,target=/root/.cache/pip \
 # expect: KL013
     pip install -U torchvision
-RUN pip uninstall -y torch
-RUN --mount=type=cache,target=/root/.cache/pip \
-# expect: KL013
-    pip install torch
 RUN --mount=type=cache,target=/root/.cache/pip \
 # expect: KL013
     pip install torchaudio

@@ -28,5 +28,6 @@ RUN pip install --no-build-isolation deepspeed==0.16.2
 # expect: KL002, KL009
 RUN pip install flash-attn==2.7.4.post1
 
+# expect: KL033
 RUN huggingface-cli login --token "$HF_TOKEN"
 CMD ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "ds_config.json"]

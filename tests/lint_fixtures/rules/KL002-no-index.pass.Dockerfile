@@ -1,0 +1,6 @@
+# KL002: `pip install --no-index --find-links DIR` installs from a local folder of wheels and
+# downloads nothing, so nothing is cached.
+FROM python:3.12-slim
+COPY wheels /wheels
+RUN pip install --no-index --find-links /wheels mypackage
+USER 1000:1000

@@ -1,0 +1,7 @@
+# KL035: `RUN cd dir` changes the directory for that RUN only; the next RUN starts in the WORKDIR.
+FROM pytorch/pytorch:2.1.2-cuda12.1-cudnn8-devel
+RUN git clone https://github.com/example/plugin /opt/plugin
+# expect: KL035
+RUN cd /opt/plugin
+RUN ls
+USER 1000:1000
