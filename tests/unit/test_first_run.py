@@ -159,6 +159,27 @@ def test_select_keeps_existing_regular_files_resolved_in_order(tmp_path: Path) -
     assert files == [os.path.realpath(b), os.path.realpath(a)] and total == 20
 
 
+def test_files_the_engine_mounts_in_are_left_out(tmp_path: Path) -> None:
+    # /proc/self/mountinfo of a `docker run --gpus all` container: the driver's libraries are bind mounts
+    mountinfo = (
+        "612 535 0:61 / / rw,relatime master:317 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/A\n"
+        "640 612 259:1 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
+        " ro,nosuid,nodev,relatime master:1 - ext4 /dev/nvme0n1p1 rw\n"
+        "641 612 259:1 /var/lib/docker/containers/x/hosts /etc/hosts rw,relatime - ext4 /dev/nvme0n1p1 rw\n"
+        "642 612 259:1 /srv/a\\040b /mnt/a\\040b rw - ext4 /dev/nvme0n1p1 rw\n"
+    )
+    assert firstrun.mount_points(mountinfo) == {
+        "/", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04", "/etc/hosts", "/mnt/a b"}
+    old = time.time() - 100
+    lib, own = tmp_path / "libcuda.so.1", tmp_path / "libtorch.so"
+    for f in (lib, own):
+        f.write_bytes(b"x")
+        os.utime(f, (old, old))
+    files, _ = firstrun.select([str(lib), str(own)], since=time.time(), exclude=(), mounted={str(lib), "/"})
+    assert files == [str(own)]
+    assert isinstance(firstrun.own_mount_points(), set)
+
+
 def test_the_hook_records_reads_not_writes(tmp_path: Path) -> None:
     rec = firstrun.Recorder()
     rec.hook("open", (str(tmp_path / "r"), "rb", 0))

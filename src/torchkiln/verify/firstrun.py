@@ -25,7 +25,8 @@ What it sees, in the order first seen:
 Each path is resolved (symlinks followed: an eStargz layer holds a symlink's target as its own tar
 entry, and the snapshotter prefetches entries, not links). Kept: existing regular files that the
 run did not write itself (modified before it started), outside ``/proc``, ``/sys``, ``/dev`` and
-this script's own folder. Printed as JSON on stdout::
+this script's own folder, and not mounted into the container one by one (the host's driver
+libraries that the NVIDIA Container Toolkit binds in: no layer holds them). Printed as JSON on stdout::
 
     {"schema": ..., "files": [...], "device": "cuda"|"cpu", "torch": "2.11.0+cu130", "bytes": N, ...}
 
@@ -42,6 +43,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -143,11 +145,33 @@ def startup_files() -> list[str]:
     return out
 
 
-def select(paths: list[str], *, since: float, exclude: tuple[str, ...]) -> tuple[list[str], int]:
+def mount_points(mountinfo: str) -> set[str]:
+    """The mount points in the text of ``/proc/self/mountinfo`` (field 5, octal escapes decoded)."""
+    points: set[str] = set()
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
+
+
+def own_mount_points() -> set[str]:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            return mount_points(f.read())
+    except OSError:
+        return set()
+
+
+def select(paths: list[str], *, since: float, exclude: tuple[str, ...],
+           mounted: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], int]:
     """(the existing regular files among ``paths``, resolved, deduplicated, in order; their total size).
 
-    Left out: what is under ``exclude`` (or /proc, /sys, /dev), what is not a regular file, and what
-    was modified at or after ``since`` (written by the run itself: caches, compiled kernels)."""
+    Left out: what is under ``exclude`` (or /proc, /sys, /dev), what is not a regular file, what
+    was modified at or after ``since`` (written by the run itself: caches, compiled kernels), and
+    files that are mount points themselves (``mounted``): what the engine put into the container
+    (the host's NVIDIA driver libraries the NVIDIA Container Toolkit binds in, /etc/hosts), which
+    no layer of the image holds."""
     roots = tuple(r.rstrip("/") for r in (*EXCLUDED_ROOTS, *exclude) if r)
     files: dict[str, None] = {}
     total = 0
@@ -157,7 +181,7 @@ def select(paths: list[str], *, since: float, exclude: tuple[str, ...]) -> tuple
             st = os.stat(real)
         except (OSError, ValueError):
             continue
-        if real in files or not stat.S_ISREG(st.st_mode) or st.st_mtime >= since:
+        if real in files or not stat.S_ISREG(st.st_mode) or st.st_mtime >= since or real in mounted:
             continue
         if any(real == r or real.startswith(r + "/") for r in roots):
             continue
@@ -237,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             recorder.step()
             recorder.active = False
     here = os.path.dirname(os.path.realpath(__file__))
-    files, total = select(list(recorder.seen), since=since, exclude=(here,))
+    files, total = select(list(recorder.seen), since=since, exclude=(here,), mounted=own_mount_points())
     out["seconds"] = round(time.monotonic() - started, 3)
     out["files"] = files
     out["bytes"] = total
