@@ -176,7 +176,7 @@ def test_post_installs_torch_first_then_packages_and_cleans_up(post_rootfs: tupl
     assert not (root / "kiln").exists()  # staging folder, uv, sources and wheels are gone
     assert not (root / "tmp/kiln-uv-cache").exists()
     assert (root / "workspace/apps/cpu_app.py").is_file()
-    assert sorted(p.name for p in (root / "opt/kiln/verify").iterdir()) == ["arch.py", "checks.py", "fatbin.py", "spec.json"]
+    assert sorted(p.name for p in (root / "opt/kiln/verify").iterdir()) == ["arch.py", "checks.py", "fatbin.py", "firstrun.py", "spec.json"]
 
 
 def test_runscript_and_test_run_as_apptainer_would(post_rootfs: tuple[Path, Path, str]) -> None:

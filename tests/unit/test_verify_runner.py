@@ -53,7 +53,7 @@ def test_checks_args() -> None:
 def test_stage_bundle(tmp_path: Path) -> None:
     dest = tmp_path / "bundle"
     stage_bundle(dest, {"cuda": "13.0", "extensions": [{"name": "flash-attn", "import": "flash_attn"}]})
-    assert sorted(p.name for p in dest.iterdir()) == ["arch.py", "checks.py", "fatbin.py", "spec.json"]
+    assert sorted(p.name for p in dest.iterdir()) == ["arch.py", "checks.py", "fatbin.py", "firstrun.py", "spec.json"]
     assert json.loads((dest / "spec.json").read_text())["cuda"] == "13.0"
     assert stat.S_IMODE(dest.stat().st_mode) == 0o755
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in dest.iterdir())

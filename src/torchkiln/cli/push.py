@@ -6,6 +6,10 @@ A push that fails part-way leaves blobs in the registry but no tag: the tag name
 nothing new. Errors: 12 when the registry cannot be reached (or its TLS certificate is not trusted),
 13 when it refuses the credentials, 11 when ``--compression`` needs a tool that is not installed
 (checked before anything is saved or pushed; see ``engines/compress.py``).
+
+``--first-run FILE`` (estargz only): the record ``kiln verify IMAGE --record-first-run FILE`` wrote;
+its files are placed first in each layer for the stargz snapshotter to prefetch. A record with any
+other compression, or one that is missing, unreadable or not a record, is exit 7 before anything runs.
 """
 
 from __future__ import annotations
@@ -59,6 +63,14 @@ def push_cmd(
                      "lack). zstd pushes through podman, which must be installed. estargz: lazy pulling with the "
                      "stargz snapshotter (ctr-remote converts, skopeo pushes)."),
     ] = "gzip",
+    first_run: Annotated[
+        Path | None,
+        typer.Option("--first-run", metavar="FILE",
+                     help="With --compression estargz: place the files this record names first in each layer, so "
+                          "the stargz snapshotter prefetches them at start (record it with `kiln verify IMAGE "
+                          "--record-first-run FILE`; ctr-remote's JSON-lines record format).",
+                     show_default=False),
+    ] = None,
     engine_name: EngineOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -67,6 +79,15 @@ def push_cmd(
 
     if compression not in COMPRESSIONS:
         raise typer.BadParameter(f"{compression!r} is not one of {', '.join(COMPRESSIONS)}", param_hint="--compression")
+    first_run_files = 0
+    if first_run is not None:  # before any engine or tool is looked at
+        from torchkiln.verify.record import read_record
+
+        if compression != "estargz":
+            raise InputError(f"--first-run places files first in eStargz layers; --compression {compression} has "
+                             "no such order, so nothing was pushed.",
+                             hint="Push with --compression estargz --first-run FILE, or leave out --first-run.")
+        first_run_files = len(read_record(first_run))
     engine = require_store(get_engine(engine_setting(engine_name), make_runner()), "push an image by tag",
                            "Push the file: apptainer push IMAGE.sif oras://REGISTRY/NAME:TAG")
     check_tools(engine.name, compression)  # before the slow save and push (exit 11)
@@ -87,10 +108,12 @@ def push_cmd(
     ref = to or source
     if to:
         engine.tag(source, to)
-    digest = engine.push(ref, compression)
+    digest = engine.push(ref, compression, first_run=first_run)
     if json:
         print_json({"image": ref, "source": source, "digest": digest, "compression": compression,
+                    "first_run": {"record": str(first_run), "files": first_run_files} if first_run else None,
                     "engine": engine.info.to_dict()})
         return
-    console.print(f"[bold green]pushed[/bold green] {escape(ref)}" + (f" ({digest})" if digest else ""),
-                  highlight=False)
+    placed = f", {first_run_files:,} first-run files placed first" if first_run else ""
+    console.print(f"[bold green]pushed[/bold green] {escape(ref)}" + (f" ({digest})" if digest else "")
+                  + escape(placed), highlight=False)

@@ -14,7 +14,10 @@ estargz        ``save`` → ``ctr-remote images import`` → ``ctr-remote images
 ============== ============================================ ============================================
 
 eStargz keeps gzip (a runtime without the stargz snapshotter reads it as usual) and announces each
-layer's table of contents in the manifest (``containerd.io/snapshot/stargz/toc.digest``).
+layer's table of contents in the manifest (``containerd.io/snapshot/stargz/toc.digest``). With a
+first-run record (``kiln push --first-run FILE``, written by ``kiln verify --record-first-run``) the
+convert also gets ``--estargz-record-in FILE``: the files it names come first in each layer, before a
+``.prefetch.landmark`` entry, and the snapshotter prefetches them when a container starts.
 
 skopeo and podman read the engine's stored login (``~/.docker/config.json``, ``auth.json``) and the
 registry CAs under ``/etc/docker/certs.d`` / ``/etc/containers/certs.d``: torchkiln passes no
@@ -122,10 +125,26 @@ def skopeo_copy(runner: Runner, engine: str, source: str, ref: str, extra: list[
     return digest_file.read_text().strip() if digest_file.is_file() else ""
 
 
+def convert_args(compression: str, source: str, dest: str, first_run: Path | None = None) -> list[str]:
+    """The arguments of ``ctr-remote images convert`` (after the global flags): the format's flag,
+    ``--estargz-record-in FILE`` for a first-run record (files to place first), ``--oci``, then the images."""
+    if compression not in CONVERT_FLAGS:
+        raise InputError(f"ctr-remote does not convert to {compression!r}.",
+                         hint=f"Use one of: {', '.join(CONVERT_FLAGS)}.")
+    args = ["images", "convert", CONVERT_FLAGS[compression]]
+    if first_run is not None:
+        if compression != "estargz":
+            raise InputError("a first-run record is for --compression estargz only.",
+                             hint="Push with --compression estargz, or leave out --first-run.")
+        args += ["--estargz-record-in", str(first_run)]
+    return [*args, "--oci", source, dest]
+
+
 def push_converted(runner: Runner, engine: str, binary: str, image: str, ref: str, compression: str,
-                   env: Mapping[str, str] | None = None) -> str:
+                   env: Mapping[str, str] | None = None, first_run: Path | None = None) -> str:
     """Convert ``image``'s layers to eStargz or zstd:chunked with ctr-remote (each layer's table of
-    contents is a manifest annotation), then push the converted blobs unchanged with skopeo."""
+    contents is a manifest annotation), then push the converted blobs unchanged with skopeo.
+    ``first_run``: a record of the files to place first in each layer (ctr-remote's record format)."""
     address = containerd_address(env)
     namespace = f"kiln-push-{os.getpid()}"
     ctr = ["ctr-remote", "--address", address, "--namespace", namespace]
@@ -140,7 +159,8 @@ def push_converted(runner: Runner, engine: str, binary: str, image: str, ref: st
             listed = runner.run([*ctr, "images", "ls", "-q"], what="ctr-remote images ls").stdout.split()
             source = next((name for name in listed if name != dst), "")
             archive.unlink()
-            runner.run([*ctr, "images", "convert", CONVERT_FLAGS[compression], "--oci", source, dst],
+            record = first_run.resolve() if first_run is not None else None
+            runner.run([*ctr, *convert_args(compression, source, dst, record)],
                        what=f"ctr-remote images convert {CONVERT_FLAGS[compression]}")
             runner.run([*ctr, "images", "export", str(converted), dst], what="ctr-remote images export")
             return skopeo_copy(runner, engine, f"oci-archive:{converted}", ref, [], work)

@@ -271,20 +271,25 @@ class OciEngine(Engine):
     def tag(self, source: str, ref: str) -> None:
         self.runner.run([self.info.binary, "tag", source, ref], what=f"{self.name} tag")
 
-    def push(self, image: str, compression: str = "gzip") -> str:
+    def push(self, image: str, compression: str = "gzip", first_run: Path | None = None) -> str:
         """Push ``image`` with the engine's own login; returns the pushed manifest's digest ("" if unknown).
 
         The registry keeps blobs but no tag from a push that failed part-way, so the tag either
         names the whole image or (as before) nothing new. Credentials are never passed here: the
         engine reads what ``docker login`` / ``podman login`` stored. ``compression`` other than gzip
         (zstd, zstd:chunked) goes through podman (``engines.compress.push_compressed``); estargz through
-        ctr-remote and skopeo (``engines.compress.push_converted``).
+        ctr-remote and skopeo (``engines.compress.push_converted``), with the files of the ``first_run``
+        record (estargz only) placed first in each layer.
         """
+        if first_run is not None and compression != "estargz":
+            raise InputError("a first-run record is for --compression estargz only.",
+                             hint="Push with --compression estargz, or leave out --first-run.")
         if compression == "estargz":
             from torchkiln.engines import compress
 
             compress.check_tools(self.name, compression)
-            return compress.push_converted(self.runner, self.name, self.info.binary, image, image, compression)
+            return compress.push_converted(self.runner, self.name, self.info.binary, image, image, compression,
+                                           first_run=first_run)
         if compression != "gzip":
             from torchkiln.engines.compress import push_compressed
 

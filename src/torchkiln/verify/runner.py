@@ -8,6 +8,10 @@ exec --nv`` for ``.sif`` files). ``kiln verify --here`` runs the same files with
 machine: the one running kiln, or ``--python``. Either way the checks run in a child process, so a
 crash, a hang or a broken CUDA context there cannot take kiln down; the report comes back as JSON.
 
+``kiln verify --record-first-run FILE`` runs ``firstrun.py`` of the same bundle the same way (the
+same mounts, GPUs and interpreter) instead of the checks: it returns a ``FirstRun``, the files a
+first ``import torch`` and first kernels read.
+
 The pure parts (the command line, the spec from image labels, the classification of failures) are
 separate functions, tested without an engine.
 """
@@ -60,12 +64,14 @@ class VerifyOptions:
 def bundle_sources() -> list[Path]:
     """The files the checks need, in every bundle (an image's /opt/kiln/verify, ``kiln verify``'s staged
     folder): checks.py and, beside it, the stdlib-only modules it loads: the architecture rules
-    (``arch.py``) and the ELF and fat-binary reader (``fatbin.py``)."""
+    (``arch.py``) and the ELF and fat-binary reader (``fatbin.py``); and the first-run recorder
+    (``firstrun.py``, ``kiln verify --record-first-run``)."""
     import torchkiln.arch as arch
     import torchkiln.inspect.fatbin as fatbin
     import torchkiln.verify.checks as checks
+    import torchkiln.verify.firstrun as firstrun
 
-    return [Path(checks.__file__), Path(arch.__file__), Path(fatbin.__file__)]
+    return [Path(checks.__file__), Path(arch.__file__), Path(fatbin.__file__), Path(firstrun.__file__)]
 
 
 def stage_bundle(dest: Path, spec: Mapping[str, Any] | None) -> None:
@@ -241,3 +247,104 @@ def image_spec(engine: Engine, image: str) -> tuple[dict[str, Any] | None, str |
     if verify_path and verify_path.endswith("/checks.py"):
         carried = os.path.dirname(verify_path) + "/spec.json"
     return spec_from_labels(labels), carried
+
+
+# --------------------------------------------------------------------------------------------
+# The first-run recorder (firstrun.py): the files a first run reads
+# --------------------------------------------------------------------------------------------
+
+#: the exit codes firstrun.py ends with when it printed its JSON (recorded, the first run failed)
+FIRSTRUN_EXIT_CODES = (0, 1)
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    """What firstrun.py recorded: the files (resolved, in first-read order) and where it ran."""
+
+    files: tuple[str, ...]
+    device: str
+    torch: str
+    bytes: int
+    kernels: tuple[str, ...] = ()
+    gpu: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / (1 << 20)
+
+
+def firstrun_args(root: str, imports: tuple[str, ...] = ()) -> list[str]:
+    """The arguments after the interpreter: ``ROOT/firstrun.py --json [--import a,b]``."""
+    args = [f"{root}/firstrun.py", "--json"]
+    if imports:
+        args += ["--import", ",".join(imports)]
+    return args
+
+
+def _last_json(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def parse_firstrun(stdout: str, target: str) -> FirstRun:
+    """firstrun.py's JSON (its last line on stdout) as a ``FirstRun``; ``InputError`` when it is not one,
+    or when the first run itself failed (torch missing, a kernel raised)."""
+    data = _last_json(stdout)
+    if data is None or not isinstance(data.get("files"), list):
+        raise InputError(f"the first-run recorder in {target} printed no record.",
+                         hint="Rerun with --debug to see its output.", details=stdout[-2000:] or None)
+    if data.get("error"):
+        raise InputError(f"the first run in {target} failed: {data['error']}",
+                         hint="The record needs torch to import and run in the image: check it with "
+                              "`kiln verify` (the torch_import check says why), or pass its interpreter "
+                              "with --python.",
+                         details=str(data.get("traceback") or "") or None)
+    files = tuple(f for f in data["files"] if isinstance(f, str))
+    if not files or data.get("device") not in ("cuda", "cpu"):
+        raise InputError(f"the first-run recorder in {target} recorded no file.",
+                         hint="Rerun with --debug to see its output.")
+    return FirstRun(files=files, device=str(data["device"]), torch=str(data.get("torch") or ""),
+                    bytes=int(data.get("bytes") or 0),
+                    kernels=tuple(str(k) for k in data.get("kernels") or ()),
+                    gpu=str(data["gpu"]) if data.get("gpu") else None,
+                    seconds=float(data.get("seconds") or 0.0))
+
+
+def interpret_firstrun(result: Completed, target: str, *, engine: str, image: str, python: str) -> FirstRun:
+    """The record a finished firstrun.py printed, or the error that says why there is none."""
+    if result.returncode not in FIRSTRUN_EXIT_CODES or _last_json(result.stdout) is None:
+        raise classify_failure(result, engine, image, python)
+    return parse_firstrun(result.stdout, target)
+
+
+def record_here(options: VerifyOptions, runner: Runner, imports: tuple[str, ...] = ()) -> FirstRun:
+    """Record a first run with a Python of this machine (``options.python``, else the one running kiln)."""
+    python = options.python or sys.executable
+    with staged(None) as root:
+        result = runner.run([python, *firstrun_args(str(root), imports)], env=_CHILD_ENV, check=False,
+                            timeout=options.timeout, what="the first-run recorder", install_hint=(
+                                f"Give an existing interpreter with --python (not found: {python})."))
+    return interpret_firstrun(result, f"--here: {python}", engine="python", image="this machine", python=python)
+
+
+def record_image(image: str, engine: Engine, options: VerifyOptions, imports: tuple[str, ...] = ()) -> FirstRun:
+    """Record a first run in a fresh container of ``image`` (every GPU attached unless ``options.gpus`` is off)."""
+    python = options.python or "python3"
+    with staged(None) as root:
+        args = tuple(firstrun_args(MOUNT, imports))
+        result = engine.run_request(RunRequest(
+            image,
+            (python, *args) if options.through else args,
+            gpus=options.gpus,
+            mounts=(Mount(root, MOUNT, read_only=True),),
+            env=_CHILD_ENV,
+            entrypoint=options.through or python,
+        ), check=False, timeout=options.timeout)
+    return interpret_firstrun(result, f"{engine.name}:{image}", engine=engine.name, image=image, python=python)
