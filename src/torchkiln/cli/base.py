@@ -17,7 +17,8 @@ from torchkiln.engines import get_engine
 Platform = Literal["linux/amd64", "linux/arm64"]
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable)."),
+    typer.Option("--engine", help="docker or podman (default: "
+        "KILN_ENGINE or the kiln config engine, else the first usable)."),
 ]
 
 base_app = typer.Typer(

@@ -58,7 +58,8 @@ Target = Literal["runtime", "dev"]
 Platform = Literal["linux/amd64", "linux/arm64"]
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable), or apptainer "
+    typer.Option("--engine", help="docker or podman (default: "
+        "KILN_ENGINE or the kiln config engine, else the first usable), or apptainer "
                                   "for a .sif (HPC sites; used only when named here or in KILN_ENGINE)."),
 ]
 

@@ -33,7 +33,8 @@ def export_cmd(
     ],
     out: Annotated[Path, typer.Option("-o", "--out", help="The file to write.", show_default=False)],
     engine: Annotated[
-        str | None, typer.Option("--engine", help="docker or podman (default: KILN_ENGINE, else the first usable).")
+        str | None, typer.Option("--engine", help="docker or podman (default: "
+            "KILN_ENGINE or the kiln config engine, else the first usable).")
     ] = None,
     processors: Annotated[
         int | None, typer.Option("--processors", min=1, help="sif: CPUs mksquashfs may use (default: all).")

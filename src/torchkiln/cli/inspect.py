@@ -26,7 +26,8 @@ from torchkiln.knowledge import load_knowledge
 
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="docker or podman, for an image name (default: KILN_ENGINE, else the first usable)."),
+    typer.Option("--engine", help="docker or podman, for an image name (default: "
+        "KILN_ENGINE or the kiln config engine, else the first usable)."),
 ]
 
 

@@ -12,7 +12,6 @@ and writes the files it read as ctr-remote's record (``verify/record.py``), for 
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from rich.markup import escape
 from torchkiln.cli import app
 from torchkiln.cli._common import JsonOpt, console, err_console, print_json
 from torchkiln.cli.build import make_runner, missing_image
+from torchkiln.cli.config import engine_setting
 from torchkiln.engines import Engine, get_engine_for, output_of
 from torchkiln.errors import InputError
 from torchkiln.verify.checks import CHECK_NAMES
@@ -50,7 +50,7 @@ def _names(values: list[str] | None, option: str) -> tuple[str, ...]:
 
 def _engine_for(image: str, name: str | None) -> Engine:
     runner = make_runner()
-    return get_engine_for(name, runner, sif_file=is_sif_path(image))
+    return get_engine_for(engine_setting(name), runner, sif_file=is_sif_path(image))
 
 
 def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], str]:
@@ -60,7 +60,7 @@ def _spec_payload(spec: Path, engine_name: str | None) -> tuple[dict[str, Any], 
     from torchkiln.load import load_plan
 
     _spec, plan, spec_dir = load_plan(spec)
-    return verify_spec(plan), image_for(output_of(engine_name or os.environ.get("KILN_ENGINE")), plan,
+    return verify_spec(plan), image_for(output_of(engine_setting(engine_name)), plan,
                                         spec_dir.resolve())
 
 
@@ -85,7 +85,7 @@ def verify_cmd(
     engine_name: Annotated[
         str | None,
         typer.Option("--engine", help="docker, podman or apptainer (default: apptainer for .sif files, else "
-                                      "KILN_ENGINE, else the first usable)."),
+                                      "KILN_ENGINE or the kiln config engine, else the first usable)."),
     ] = None,
     python: Annotated[
         str | None,
