@@ -215,20 +215,27 @@ def verify_here(options: VerifyOptions, runner: Runner) -> VerifyReport:
     return interpret(result, f"--here: {python}", engine="python", image="this machine", python=python)
 
 
-def verify_image(image: str, engine: Engine, options: VerifyOptions) -> VerifyReport:
-    """Run the checks in a fresh container of ``image`` with every GPU attached."""
+def run_bundled(image: str, engine: Engine, options: VerifyOptions, spec: Mapping[str, Any] | None,
+                args: list[str]) -> Completed:
+    """Run one script of the staged bundle (``args``: its path under ``MOUNT`` and its arguments) in a fresh
+    container of ``image``, the bundle mounted read-only, every GPU attached unless ``options.gpus`` is off."""
     python = options.python or "python3"
-    with staged(options.spec) as root:
-        args = tuple(checks_args(MOUNT, options))
-        result = engine.run_request(RunRequest(
+    with staged(spec) as root:
+        return engine.run_request(RunRequest(
             image,
-            (python, *args) if options.through else args,
+            (python, *args) if options.through else tuple(args),
             gpus=options.gpus,
             mounts=(Mount(root, MOUNT, read_only=True),),
             env=_CHILD_ENV,
             entrypoint=options.through or python,
         ), check=False, timeout=options.timeout)
-    return interpret(result, f"{engine.name}:{image}", engine=engine.name, image=image, python=python)
+
+
+def verify_image(image: str, engine: Engine, options: VerifyOptions) -> VerifyReport:
+    """Run the checks in a fresh container of ``image`` with every GPU attached."""
+    result = run_bundled(image, engine, options, options.spec, checks_args(MOUNT, options))
+    return interpret(result, f"{engine.name}:{image}", engine=engine.name, image=image,
+                     python=options.python or "python3")
 
 
 def is_sif_path(image: str) -> bool:
@@ -336,15 +343,6 @@ def record_here(options: VerifyOptions, runner: Runner, imports: tuple[str, ...]
 
 def record_image(image: str, engine: Engine, options: VerifyOptions, imports: tuple[str, ...] = ()) -> FirstRun:
     """Record a first run in a fresh container of ``image`` (every GPU attached unless ``options.gpus`` is off)."""
-    python = options.python or "python3"
-    with staged(None) as root:
-        args = tuple(firstrun_args(MOUNT, imports))
-        result = engine.run_request(RunRequest(
-            image,
-            (python, *args) if options.through else args,
-            gpus=options.gpus,
-            mounts=(Mount(root, MOUNT, read_only=True),),
-            env=_CHILD_ENV,
-            entrypoint=options.through or python,
-        ), check=False, timeout=options.timeout)
-    return interpret_firstrun(result, f"{engine.name}:{image}", engine=engine.name, image=image, python=python)
+    result = run_bundled(image, engine, options, None, firstrun_args(MOUNT, imports))
+    return interpret_firstrun(result, f"{engine.name}:{image}", engine=engine.name, image=image,
+                              python=options.python or "python3")
