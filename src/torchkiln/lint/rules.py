@@ -1168,7 +1168,8 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
             continue
         if b.label == "apex" and _legacy_apex(b):
             continue
-        if inst.has(*LEGACY_PIP_OPTIONS) and pip_upgraded_before(ctx, b.step, inst):
+        if (inst.has(*LEGACY_PIP_OPTIONS) and pip_upgraded_before(ctx, b.step, inst)
+                and pip_reaches(ctx, b.step, "25.3")):
             # the newest pip rejects the option before it builds anything (KL037 reports that, with a
             # fix that adds --no-build-isolation); apex's default branch has a pyproject.toml, so its
             # build stays isolated once the option is fixed: said at info, as the second failure
@@ -1183,6 +1184,8 @@ def ext_isolation(ctx: Context) -> Iterator[Hit]:
                 )
             continue
         why_unsure = _isolation_unsure(ctx, b)
+        if why_unsure and not pip_reaches(ctx, b.step, "25.3"):
+            continue  # the base's Python keeps pip below 25.3, which runs a setup.py-only tree with the image's torch
         if why_unsure:
             pinned = _pip_pinned_before(ctx, b.step, inst)
             which = (
@@ -1215,9 +1218,10 @@ def _isolation_unsure(ctx: Context, b: ExtBuild) -> str | None:
     """Why KL009 cannot be sure the build is isolated (None when it is sure): an sdist without a
     pyproject.toml, or a source pinned to a release/commit whose pyproject.toml is unknown, built by
     a pip whose version the Dockerfile does not show. uv always isolates; a pip upgraded to the
-    newest release (`pip install -U pip`) is 25.3 or later and always isolates."""
+    newest release (`pip install -U pip`) is 25.3 or later and always isolates, unless the base's Python
+    keeps it below (``newest_pip``)."""
     inst = b.install
-    if inst.tool == "uv" or pip_upgraded_before(ctx, b.step, inst):
+    if inst.tool == "uv" or (pip_upgraded_before(ctx, b.step, inst) and pip_reaches(ctx, b.step, "25.3")):
         return None
     if b.label == "apex" and inst.has(*LEGACY_PIP_OPTIONS):
         origin = _apex_origin(ctx, b)
@@ -1235,6 +1239,35 @@ def _isolation_unsure(ctx: Context, b: ExtBuild) -> str | None:
 #: pip options of the legacy `setup.py` path: --install-option was removed in pip 23.1,
 #: --global-option and --build-option in pip 25.3 (pip release notes)
 LEGACY_PIP_OPTIONS = ("--global-option", "--build-option", "--install-option")
+
+
+#: The Python of an NGC PyTorch release older than the ones knowledge/ngc.toml lists, by release line: 20.10
+#: and before on Ubuntu 18.04 with Python 3.6, 20.11 to 23.04 on Ubuntu 20.04 with Python 3.8, 23.05 on
+#: Ubuntu 22.04 with Python 3.10 (NVIDIA's framework container release notes, "Contents of the container")
+_NGC_PYTHON_LINES = (("20.11", "3.6"), ("23.05", "3.8"))
+#: The newest pip a Python can install (pip 22.0 dropped 3.6, 24.1 dropped 3.7, 25.1 dropped 3.8; pip's
+#: release notes): `pip install -U pip` on that Python stops there
+NEWEST_PIP_FOR_PYTHON = {"3.6": "21.3.1", "3.7": "24.0", "3.8": "25.0.1"}
+
+
+def newest_pip(ctx: Context, step: Step) -> str | None:
+    """The newest pip an unpinned `pip install -U pip` can reach in ``step``'s stage, when the base's Python
+    caps it (an NGC PyTorch release of Python 3.8 or older); None when nothing in the file caps it."""
+    assert ctx.df is not None
+    base = ctx.df.base_image(step.stage)
+    if base is None or not NGC_PYTORCH.match(base):
+        return None
+    m = _NGC_RELEASE.search(base)
+    if not m:
+        return None
+    python = next((py for before, py in _NGC_PYTHON_LINES if m.group(1) < before), None)
+    return NEWEST_PIP_FOR_PYTHON.get(python or "")
+
+
+def pip_reaches(ctx: Context, step: Step, version: str) -> bool:
+    """Whether the newest pip this stage can install is ``version`` or later (no cap known: it is)."""
+    cap = newest_pip(ctx, step)
+    return cap is None or Version(cap) >= Version(version)
 
 
 def pip_upgraded_before(ctx: Context, step: Step, inst: Install) -> int | None:

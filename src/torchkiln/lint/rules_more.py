@@ -571,7 +571,7 @@ def missing_separator(ctx: Context) -> Iterator[Hit]:
     ),
 )
 def pip_option_removed(ctx: Context) -> Iterator[Hit]:
-    from torchkiln.lint.rules import LEGACY_PIP_OPTIONS, pip_upgraded_before
+    from torchkiln.lint.rules import LEGACY_PIP_OPTIONS, pip_reaches, pip_upgraded_before
 
     if ctx.df is None:
         return
@@ -586,6 +586,8 @@ def pip_option_removed(ctx: Context) -> Iterator[Hit]:
             if upgraded is None:
                 continue
             removed_in = "23.1" if used[0] == "--install-option" else "25.3"
+            if not pip_reaches(ctx, step, removed_in):
+                continue  # the base's Python keeps pip below the release that removed the option
             yield Hit(
                 inst.line,
                 f"`{used[0]}` was removed in pip {removed_in}, and line {upgraded} upgrades pip to the newest "
