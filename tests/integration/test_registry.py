@@ -53,6 +53,7 @@ def test_push_then_pull_and_run_on_a_second_machine(cpu_build, registry, second_
     assert second_engine.pull(ref), f"the second daemon could not pull {ref}"
     run = second_engine.run(ref, ["python", "-c", "import torch, six; print(torch.__version__, six.__version__)"])
     assert run.stdout.split() == ["2.13.0+cpu", "1.16.0"]
+    subprocess.run(["/usr/bin/docker", "rmi", ref], capture_output=True)  # the tag kiln push --to made
 
 
 def test_credentials_come_from_the_engine_login_only(cpu_build, secure_registry, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -96,6 +97,7 @@ def test_credentials_come_from_the_engine_login_only(cpu_build, secure_registry,
             data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
         assert REGISTRY_PASSWORD_MARKER.encode() not in data, f"the registry password is in {blob['digest']}"
         assert cpu_build.ca_marker.encode() not in data, f"the CA is in {blob['digest']}"
+    subprocess.run(["/usr/bin/docker", "rmi", ref], capture_output=True)  # the tag kiln push --to made
 
 
 def test_an_unreachable_registry_is_a_clear_error(cpu_build) -> None:  # type: ignore[no-untyped-def]
