@@ -131,6 +131,9 @@ def stage_torch(plan: BuildPlan) -> list[str]:
                 f"mkdir -p {reproducible.MOUNT_POINTS}",
                 reproducible.stamp(),  # before the import: each .pyc records the fixed source mtime
                 warm_import(plan),
+                # the import makes TorchInductor's per-user cache folder (/tmp/torchinductor_root): a runtime
+                # cache of the build's user, with the time of the build (render/reproducible.py)
+                "rm -rf /tmp/torchinductor_*",
                 reproducible.stamp(),
             ],
         ),

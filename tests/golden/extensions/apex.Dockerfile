@@ -215,6 +215,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     && mkdir -p /root/.cache/uv \
     && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run \
     && /opt/venv/bin/python -c 'import torch' \
+    && rm -rf /tmp/torchinductor_* \
     && find /opt/venv -path '*.dist-info/uv_cache.json' -newermt "@$SOURCE_DATE_EPOCH" -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + && find /opt/venv /etc/pip /root -xdev -newermt "@$SOURCE_DATE_EPOCH" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && touch -c -h -d "@$SOURCE_DATE_EPOCH" /etc /tmp /opt /run
 
 # toolchain: the runtime's exact torch (same venv, same constraints file) plus a compiler:
