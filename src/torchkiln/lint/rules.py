@@ -1270,9 +1270,8 @@ def pip_reaches(ctx: Context, step: Step, version: str) -> bool:
     return cap is None or Version(cap) >= Version(version)
 
 
-def pip_upgraded_before(ctx: Context, step: Step, inst: Install) -> int | None:
-    """The line of a `pip install -U pip` (no version) earlier in the stage chain or the same RUN
-    (the newest pip), None when there is none."""
+def _installs_before(ctx: Context, step: Step, inst: Install) -> Iterator[Install]:
+    """Every install before ``inst`` in its stage chain (earlier RUNs, and earlier in the same RUN), in order."""
     assert ctx.df is not None
     chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
@@ -1281,27 +1280,27 @@ def pip_upgraded_before(ctx: Context, step: Step, inst: Install) -> int | None:
         for other in st.installs:
             if other is inst:
                 break
-            upgrades_pip = any(r.text.strip().lower() == "pip" for r in other.reqs)
-            if other.tool == "pip" and other.has("--upgrade") and upgrades_pip:
-                return other.line
+            yield other
+
+
+def pip_upgraded_before(ctx: Context, step: Step, inst: Install) -> int | None:
+    """The line of a `pip install -U pip` (no version) earlier in the stage chain or the same RUN
+    (the newest pip), None when there is none."""
+    for other in _installs_before(ctx, step, inst):
+        upgrades_pip = any(r.text.strip().lower() == "pip" for r in other.reqs)
+        if other.tool == "pip" and other.has("--upgrade") and upgrades_pip:
+            return other.line
     return None
 
 
 def _pip_pinned_before(ctx: Context, step: Step, inst: Install) -> tuple[int, str] | None:
     """The line and version of the last `pip install pip==X` before ``inst`` in its stage chain."""
-    assert ctx.df is not None
-    chain = {s.index for s in ctx.df.chain(step.stage)}
     found: tuple[int, str] | None = None
-    for st in ctx.steps:
-        if st.stage.index not in chain or st.ins.line > step.ins.line:
-            continue
-        for other in st.installs:
-            if other is inst:
-                break
-            for r in other.reqs:
-                m = re.fullmatch(r"pip==([0-9][0-9.]*)", r.text.strip().strip("\"'").lower())
-                if other.tool == "pip" and m:
-                    found = (other.line, m.group(1))
+    for other in _installs_before(ctx, step, inst):
+        for r in other.reqs:
+            m = re.fullmatch(r"pip==([0-9][0-9.]*)", r.text.strip().strip("\"'").lower())
+            if other.tool == "pip" and m:
+                found = (other.line, m.group(1))
     return found
 
 
