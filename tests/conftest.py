@@ -228,8 +228,12 @@ def image_config(archive: Path) -> str:
 
 def context_dir(name: str) -> Path:
     """A build-context folder that is the same on every run: BuildKit keeps one snapshot of a
-    context per folder, so fresh temporary folders would pile up copies of the torch wheel."""
-    return Path(tempfile.gettempdir()) / "kiln-test-contexts" / name
+    context per folder, so fresh temporary folders would pile up copies of the torch wheel. It lies in
+    torchkiln's own cache folder, where the wheels are hard-linked rather than copied (the cu130 set is
+    3 GB; copies of it filled the shared disk)."""
+    from torchkiln.cache import kiln_cache_dir
+
+    return kiln_cache_dir() / "test-contexts" / name
 
 
 def copy_example(dest: Path, spec: str = "cpu.toml") -> Path:

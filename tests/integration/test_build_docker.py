@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shlex
-import tempfile
 import threading
 import uuid
 from dataclasses import replace
@@ -140,7 +139,9 @@ def _unique(project: str) -> str:
 
 def _rebuild(cpu_build: Any, spec: Path, tmp: Path, tag: str, **changes: Any) -> BuildOptions:
     # a context folder that is the same on every run (see the stable_context fixture in conftest)
-    ctx = Path(tempfile.gettempdir()) / "kiln-test-contexts" / tag.rsplit(":", 1)[1]
+    from conftest import context_dir
+
+    ctx = context_dir(tag.rsplit(":", 1)[1])
     return replace(cpu_build.options, tag=tag, context_dir=ctx, **changes)
 
 
