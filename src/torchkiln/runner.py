@@ -23,6 +23,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
@@ -50,8 +51,13 @@ _LIVE: set[int] = set()
 
 
 def _popen(args: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
-    """Start ``args`` in a process group of its own (recorded until it is waited for)."""
-    proc: subprocess.Popen[bytes] = subprocess.Popen(args, process_group=0, **kwargs)  # type: ignore[call-overload]
+    """Start ``args`` in a process group of its own (recorded until it is waited for). Popen's
+    ``process_group`` is Python 3.11+; on 3.10 the child calls setpgid itself before it runs."""
+    if sys.version_info >= (3, 11):
+        kwargs["process_group"] = 0
+    else:
+        kwargs["preexec_fn"] = os.setpgrp
+    proc: subprocess.Popen[bytes] = subprocess.Popen(args, **kwargs)  # type: ignore[call-overload]
     _LIVE.add(proc.pid)
     return proc
 

@@ -14,6 +14,7 @@ import json
 import shutil
 import struct
 import subprocess
+import sys
 import zipfile
 from itertools import product
 from pathlib import Path
@@ -252,7 +253,10 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def _plan(name: str, **gpu: object):
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
 
     from torchkiln.knowledge import load_knowledge
     from torchkiln.resolve import resolve
