@@ -175,22 +175,18 @@ def push_converted(runner: Runner, engine: str, binary: str, image: str, ref: st
 PODMAN_COMPRESSIONS = ("zstd", "zstd:chunked")
 
 
-def push_compressed(source: OciEngine, image: str, compression: str) -> str:
-    """Push ``image`` with zstd or zstd:chunked layers through podman (docker pushes gzip only).
+def push_compressed(source: OciEngine, podman: OciEngine, image: str, compression: str) -> str:
+    """Push ``image`` of ``source`` with zstd or zstd:chunked layers through ``podman`` (docker pushes gzip
+    only; ``podman`` is ``source`` itself when that is podman).
 
     From docker, the image is first streamed into podman's store (``docker save | podman load``) and
     removed from it afterwards. A registry on the loopback interface is reached without TLS, as docker
     does by default; any other needs TLS (and podman's own login, or docker's config.json, which
     podman also reads). Returns the pushed manifest's digest.
     """
-    from torchkiln.engines import get_engine
-    from torchkiln.engines.oci import OciEngine
-
     if compression not in PODMAN_COMPRESSIONS:
         raise InputError(f"unknown layer compression {compression!r}.",
                          hint=f"Use one of: {', '.join(PODMAN_COMPRESSIONS)}.")
-    podman = source if source.name == "podman" else get_engine("podman", source.runner)
-    assert isinstance(podman, OciEngine)
     loaded = False
     if podman is not source:
         with source.save_stream(image) as fd:

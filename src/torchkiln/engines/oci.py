@@ -291,9 +291,12 @@ class OciEngine(Engine):
             return compress.push_converted(self.runner, self.name, self.info.binary, image, image, compression,
                                            first_run=first_run)
         if compression != "gzip":
+            from torchkiln.engines import get_engine
             from torchkiln.engines.compress import push_compressed
 
-            return push_compressed(self, image, compression)
+            podman = self if self.name == "podman" else get_engine("podman", self.runner)
+            assert isinstance(podman, OciEngine)
+            return push_compressed(self, podman, image, compression)
         r = self.runner.run(
             [self.info.binary, "push", image],
             what=f"{self.name} push {image}",
