@@ -216,7 +216,7 @@ def print_summary(summary: BuildSummary, spec: Path, tag: str | None = None) -> 
 @app.command("build")
 def build_cmd(
     spec: Annotated[Path, typer.Argument(
-        help="A kiln.toml, a pyproject.toml with [tool.kiln], or a project folder (docs/project.md).",
+        help="A kiln.toml, a pyproject.toml with \\[tool.kiln], or a project folder (docs/project.md).",
         show_default=False)],
     target: Annotated[
         Target, typer.Option("--target", help="Stage to build: the slim runtime or dev (apptainer: runtime only).")

@@ -55,7 +55,7 @@ def _gpu_table() -> Table:
 def explain_cmd(
     spec: Annotated[
         Path | None,
-        typer.Argument(help="A kiln.toml, a pyproject.toml with [tool.kiln], or a project folder.",
+        typer.Argument(help="A kiln.toml, a pyproject.toml with \\[tool.kiln], or a project folder.",
                        show_default=False)
     ] = None,
     gpus: Annotated[bool, typer.Option("--gpus", help="List the GPU names and capabilities torchkiln knows.")] = False,

@@ -48,7 +48,7 @@ def _written(write: Callable[[], list[Path]], out: Path) -> list[Path]:
 @app.command("render")
 def render_cmd(
     spec: Annotated[Path, typer.Argument(
-        help="A kiln.toml, a pyproject.toml with [tool.kiln], or a project folder.", show_default=False)],
+        help="A kiln.toml, a pyproject.toml with \\[tool.kiln], or a project folder.", show_default=False)],
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Write the whole build context into this folder.")
     ] = None,

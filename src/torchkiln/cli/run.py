@@ -43,7 +43,7 @@ def _parse_mount(item: str) -> Mount:
 @app.command("run")
 def run_cmd(
     spec: Annotated[Path, typer.Argument(
-        help="A kiln.toml, a pyproject.toml with [tool.kiln], or a project folder.", show_default=False)],
+        help="A kiln.toml, a pyproject.toml with \\[tool.kiln], or a project folder.", show_default=False)],
     command: Annotated[
         list[str] | None,
         typer.Argument(help="The command to run (after `--`); default: the image's CMD.", show_default=False),
