@@ -25,9 +25,11 @@ def test_ngc_pip_cache_by_release() -> None:
     assert [s for _, s, _ in uv] == ["warning"]
 
 
-def test_uv_cache_is_info_unless_copied() -> None:
+def test_uv_cache_is_quiet_when_hard_linked_info_for_git_warning_when_copied() -> None:
     base = "FROM python:3.11-slim\nRUN pip install --no-cache-dir uv\n"
-    assert [s for _, s, _ in _find(base + "RUN uv pip install --system numpy\n", "KL002")] == ["info"]
+    assert _find(base + "RUN uv pip install --system numpy\n", "KL002") == []
+    git = _find(base + "RUN uv pip install --system git+https://github.com/example/tool@v1\n", "KL002")
+    assert [s for _, s, _ in git] == ["info"] and "repository" in git[0][2]
     assert [s for _, s, _ in _find(base + "RUN uv pip install --system --link-mode copy numpy\n", "KL002")] == [
         "warning"
     ]

@@ -359,10 +359,10 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
             if inst.tool == "pip" and _local_only(inst):
                 yield Hit(
                     inst.line,
-                    f"{tool} in {where} installs only local folders or unnamed VCS checkouts of a moving "
-                    "branch, which pip does not put in its cache; only the dependencies and build requirements "
-                    "it downloads for them would stay in the layer, and whether there are any the Dockerfile "
-                    "does not show (a tree that declares none, or whose dependencies are already installed, "
+                    f"{tool} in {where} installs only local folders, local wheel files or unnamed VCS checkouts "
+                    "of a moving branch, which pip does not put in its cache; only the dependencies and build "
+                    "requirements it downloads for them would stay in the layer, and whether there are any "
+                    "the Dockerfile does not show (a tree that declares none, or whose dependencies are already installed, "
                     "leaves no cache)",
                     fix=fix + " Or pass --no-deps when the dependencies are installed already.",
                     stage=step.stage.label,
@@ -370,16 +370,20 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                 )
                 continue
             if inst.tool == "uv" and not _uv_copies(inst, step):
-                yield Hit(
-                    inst.line,
-                    f"{tool} in {where} leaves uv's cache in the layer, but uv hard-links the installed files "
-                    "from it (its default link mode on Linux), so within this RUN the layer stores them once: "
-                    "the cache adds little (measured: numpy's venv 58.3 MB, venv + cache 60.1 MB). It doubles "
-                    "only with UV_LINK_MODE=copy or when the cache is on another file system",
-                    fix=fix,
-                    stage=step.stage.label,
-                    severity="info",
-                )
+                # uv hard-links the installed files from its cache (its default link mode on Linux), so
+                # within this RUN the layer stores them once (measured: numpy's venv 58.3 MB, venv +
+                # cache 60.1 MB): nothing to report, except a git source, whose whole clone (history,
+                # submodules) uv keeps in the cache beside the checkout it builds from
+                if any(r.kind == "vcs" for r in inst.reqs):
+                    yield Hit(
+                        inst.line,
+                        f"{tool} in {where} installs from git without a cache mount: uv hard-links the installed "
+                        "files, but keeps the fetched repository (its history and submodules) and the checkout it "
+                        "built from in its cache, and both stay in the layer",
+                        fix=fix,
+                        stage=step.stage.label,
+                        severity="info",
+                    )
                 continue
             if ngc == "unknown":
                 yield Hit(
@@ -491,16 +495,16 @@ def _local_only(inst: Install) -> bool:
     reference: pip keeps none of them in its wheel cache (pip docs 'Caching': wheels built from a
     local directory are not cached; a VCS build only when it is pinned to a commit), so only what the
     install downloads for their dependencies or build requirements could stay, which the Dockerfile
-    does not show. A folder with extras (`.[dev]`) declares dependencies, and a named requirement
-    (`peft @ git+...`) or a wheel file is a published project that usually has some: those stay
-    warnings."""
+    does not show. A local wheel file is installed from the file (pip caches only what it downloads).
+    A folder with extras (`.[dev]`) declares dependencies, and a named requirement (`peft @ git+...`)
+    or a remote wheel is a published project that usually has some: those stay warnings."""
     if not inst.reqs or inst.has("--requirement", "--constraint"):
         return False
     for r in inst.reqs:
         if r.kind == "path" and re.search(r"\[[^\]]+\]$", r.text.strip("\"'")):
             return False  # `.[dev]`: the extras name dependencies, so the tree declares some
-        if r.kind == "path":
-            continue
+        if r.kind == "path" or (r.kind == "wheel" and not re.match(r"^[a-z]+://", r.text)):
+            continue  # a local folder or wheel file: pip builds or unpacks it in place, caching nothing
         if r.kind == "vcs" and r.name is None:
             ref = r.text.split("#", 1)[0].split("://", 1)[-1]
             ref = ref.rsplit("@", 1)[1] if "@" in ref.split("/", 1)[-1] else ""

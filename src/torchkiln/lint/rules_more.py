@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import Context, Step
+from torchkiln.lint.model import Stage
 from torchkiln.lint.rules import Hit, _stage_label, image_tag, rule
 from torchkiln.lint.shell import Command, commands, swallowing_comments
 
@@ -712,3 +713,89 @@ def torch_companion_mismatch(ctx: Context) -> Iterator[Hit]:
                     fix=f"Pin {pkg}=={want.version} (its release for torch {torch}).",
                     stage=step.stage.label,
                 )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL040: Python or pip on an nvidia/cuda image, which ships neither
+
+_NVIDIA_CUDA = re.compile(r"^((docker\.io/)?nvidia/cuda|nvcr\.io/nvidia/cuda):", re.I)
+#: commands that need a Python interpreter on PATH
+_PYTHON_CMD = re.compile(r"^(python3?(\.\d+)?|pip3?(\.\d+)?)$")
+#: earlier text that may put a Python on PATH: a package manager installing it, conda/mamba,
+#: pyenv, uv, deadsnakes, get-pip, a source build
+_MAY_INSTALL_PYTHON = re.compile(r"python|conda|mamba|pyenv|\buv\b|pixi|get-pip|\.sh\b|make\s+install", re.I)
+
+
+def _runs_a_script(cmd: Command) -> bool:
+    """A command that runs a script or program from the build context (`./install.sh`, `bash setup.sh`):
+    what it installs cannot be seen."""
+    name, argv = cmd.name, cmd.argv
+    if argv and argv[0].startswith(("./", "/tmp/", "/opt/", "/workspace/")) and not argv[0].startswith("/usr/"):
+        return True
+    return name in ("bash", "sh", "source", ".") and len(argv) > 1 and not argv[1].startswith("-")
+
+
+@rule(
+    "KL040",
+    "python-on-bare-cuda-image",
+    "error",
+    "python or pip run on an nvidia/cuda image before anything installs Python",
+    why=(
+        "NVIDIA's CUDA images (base, runtime, devel, cudnn; Ubuntu, Rocky, UBI) hold the CUDA toolkit "
+        "and its libraries but no Python: `pip3 install ...` or `python3 setup.py ...` on them stops the "
+        "build with \"pip3: not found\" (exit 127) until a step installs python3 and python3-pip."
+    ),
+    source=(
+        "nvidia/cuda image definitions (gitlab.com/nvidia/container-images/cuda: the Dockerfiles install "
+        "only CUDA packages); the Docker Hub page of nvidia/cuda"
+    ),
+    fix=(
+        "Install Python first: RUN apt-get update && apt-get install -y --no-install-recommends python3 "
+        "python3-pip && rm -rf /var/lib/apt/lists/* (or start from an image that has it)."
+    ),
+)
+def python_on_bare_cuda_image(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for stage in ctx.df.stages:
+        base = ctx.df.base_image(stage)
+        if not base or not _NVIDIA_CUDA.match(base) or _chain_copies_from(ctx, stage):
+            continue
+        hit = _first_python_without_python(ctx, stage)
+        # each stage reports only its own command: a child stage meets its parent's first
+        if hit is not None and hit[0].stage.index == stage.index:
+            step, cmd = hit
+            yield Hit(
+                cmd.line,
+                f"`{cmd.name}` runs on {base}, which has no Python, and nothing before it installs one: "
+                f"the build stops here with \"{cmd.name}: not found\"",
+                stage=step.stage.label,
+            )
+
+
+def _first_python_without_python(ctx: Context, stage: Stage) -> tuple[Step, Command] | None:
+    """Walking the stage chain's RUN commands in order: the first that needs Python, unless an
+    earlier one may have installed it (or runs a script whose effect cannot be seen)."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(stage)}
+    for step in ctx.steps:
+        if step.stage.index not in chain:
+            continue
+        for cmd, _env, _cwd in step.commands:
+            if _PYTHON_CMD.match(cmd.name):
+                return step, cmd
+            if _MAY_INSTALL_PYTHON.search(" ".join(cmd.argv)) or _runs_a_script(cmd):
+                return None
+    return None
+
+
+def _chain_copies_from(ctx: Context, stage: Stage) -> bool:
+    """A COPY --from or an ADD in the stage chain may bring a Python in (a python image's /usr/local)."""
+    assert ctx.df is not None
+    chain = {s.index for s in ctx.df.chain(stage)}
+    for ins in ctx.df.instructions():
+        if ins.stage not in chain:
+            continue
+        if ins.keyword == "ADD" or (ins.keyword == "COPY" and any(f.startswith("--from") for f in ins.flags)):
+            return True
+    return False

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # KL001: the final stage of a server builds on a devel stage, so nvcc and the headers ship.
 FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 AS build
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/venv && /opt/venv/bin/pip install numpy==2.1.0
 

@@ -1,5 +1,6 @@
 # KL009: pip builds mamba-ssm in an isolated environment that has no torch.
 FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 ENV MAX_JOBS=4 \
     TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -9,5 +10,6 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 RUN --mount=type=cache,target=/root/.cache/pip /opt/venv/bin/pip install mamba-ssm==2.2.4
 
 FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/venv /opt/venv
 USER 1000:1000

@@ -1,4 +1,5 @@
 FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 ENV MAX_JOBS=4 \
     TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -10,5 +11,6 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv pip install --python /opt/venv/bin/python --no-build-isolation-package causal-conv1d causal-conv1d==1.5.0
 
 FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/venv /opt/venv
 USER 1000:1000

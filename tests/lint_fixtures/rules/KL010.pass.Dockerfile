@@ -1,9 +1,11 @@
 # torch comes from a stage the build stage copies from.
 FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS torch
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/venv && /opt/venv/bin/pip install torch==2.5.1
 
 FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 ENV MAX_JOBS=4 \
     TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 COPY --from=torch /opt/venv /opt/venv
@@ -11,5 +13,6 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/venv/bin/pip install --no-build-isolation causal-conv1d==1.5.0
 
 FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/venv /opt/venv
 USER 1000:1000

@@ -1,4 +1,5 @@
 FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
 # expect: KL018
 ENV TORCH_CUDA_ARCH_LIST="sm_80;sm_90"
 # expect: KL018
