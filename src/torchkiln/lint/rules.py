@@ -362,8 +362,8 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                     f"{tool} in {where} installs only local folders, local wheel files or unnamed VCS checkouts "
                     "of a moving branch, which pip does not put in its cache; only the dependencies and build "
                     "requirements it downloads for them would stay in the layer, and whether there are any "
-                    "the Dockerfile does not show (a tree that declares none, or whose dependencies are already installed, "
-                    "leaves no cache)",
+                    "the Dockerfile does not show (a tree that declares none, or whose dependencies are already "
+                    "installed, leaves no cache)",
                     fix=fix + " Or pass --no-deps when the dependencies are installed already.",
                     stage=step.stage.label,
                     severity="info",
