@@ -96,7 +96,7 @@ def init_cmd(
     from_: Annotated[
         Path | None,
         typer.Option("--from", help="An existing repository: its pyproject.toml / uv.lock / requirements*.txt "
-                                    "become a [project] table, its Dockerfile maps onto the spec; written in that "
+                                    "become a \\[project] table, its Dockerfile maps onto the spec; written in that "
                                     "folder (PATH defaults to FOLDER/kiln.toml); what cannot be mapped is listed.",
                      show_default=False),
     ] = None,

@@ -32,7 +32,7 @@ def prune_cmd(
     targets: Annotated[
         list[str] | None,
         typer.Option("--targets", "-t", help="Target GPUs, names or compute capabilities (H100, 8.6, sm_120); "
-                     "repeat or separate with commas. Default: the [gpu] targets of --spec or ./kiln.toml."),
+                     "repeat or separate with commas. Default: the \\[gpu] targets of --spec or ./kiln.toml."),
     ] = None,
     spec: Annotated[
         Path | None, typer.Option("--spec", help="Take the targets from this kiln.toml (default: ./kiln.toml).")
