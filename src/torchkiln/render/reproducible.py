@@ -29,8 +29,11 @@ BuildKit 0.13+). So no step lets BuildKit create a mount point in the image's fi
 - a RUN with mounts below ``/kiln`` or ``/run/secrets`` first mounts a tmpfs there (``tmpfs_mounts``),
   so the stubs of its bind, secret and cache mounts are made and removed in memory, not in a layer.
 
-The runtime's user (``useradd``) is stamped the same way, from a mark made before it (``stamp_since``);
-``useradd`` reads ``SOURCE_DATE_EPOCH`` for the password-change date it writes to ``/etc/shadow``.
+The runtime's user (``useradd``) is stamped from a mark made before it (``stamp_since``); ``useradd`` reads
+``SOURCE_DATE_EPOCH`` for the password-change date it writes to ``/etc/shadow``. The package step on a vendor
+image (NGC) is stamped the same way: its files lie beside the image's own in ``/usr/local``, which are newer
+than ``SOURCE_DATE_EPOCH`` and must stay untouched (touching them would copy gigabytes up into the layer); its uv
+cache is mounted below the ``/kiln`` tmpfs (``VENDOR_UV_CACHE_MOUNT``), so BuildKit makes no ``/root/.cache``.
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ PARENTS = ("/etc", "/tmp", "/opt", "/run")
 UV_CACHE_INFO = "uv_cache.json"
 
 
-def forget_install_times() -> str:
-    """Remove ``UV_CACHE_INFO`` from the distributions this step installed, and its line from their RECORD."""
-    when = '"@$SOURCE_DATE_EPOCH"'
-    return (f"find {VENV} -path '*.dist-info/{UV_CACHE_INFO}' -newermt {when} -exec sh -c 'for f; do rm -f \"$f\""
+def forget_install_times(root: str = VENV, mark: str | None = None) -> str:
+    """Remove ``UV_CACHE_INFO`` from the distributions this step installed (below ``root``: newer than
+    ``SOURCE_DATE_EPOCH``, or than ``mark`` where the folder holds older files of the base), and its line from
+    their RECORD."""
+    when = f"-newer {mark}" if mark else '-newermt "@$SOURCE_DATE_EPOCH"'
+    return (f"find {root} -path '*.dist-info/{UV_CACHE_INFO}' {when} -exec sh -c 'for f; do rm -f \"$f\""
             f" && sed -i \"/\\.dist-info\\/uv_cache\\.json,/d\" \"${{f%/{UV_CACHE_INFO}}}/RECORD\"; done' sh {{}} +")
 
 
@@ -76,6 +81,12 @@ def stamp(roots: tuple[str, ...] = ROOTS) -> str:
 #: folder BuildKit creates for a mount has the time of that step)
 MOUNT_POINTS = "/root/.cache/uv"
 
+
+
+#: the vendor package step's uv cache: the same cache as ``/root/.cache/uv`` elsewhere (same id), mounted below
+#: the ``/kiln`` tmpfs, so that BuildKit creates no folder for it in the image's file system
+VENDOR_UV_CACHE = "/kiln/uv-cache"
+VENDOR_UV_CACHE_MOUNT = f"type=cache,id=/root/.cache/uv,target={VENDOR_UV_CACHE},sharing=locked"
 
 
 #: the context file ``ADD``ed in the base stage (``mount_points_tar``)
@@ -129,7 +140,8 @@ def tmpfs_mounts(targets: list[str]) -> list[str]:
 
 def stamp_since(mark: str, roots: tuple[str, ...] = ("/etc", "/home", "/var")) -> str:
     """Set every file below ``roots`` changed after ``mark`` was made to ``SOURCE_DATE_EPOCH``, remove the mark
-    and stamp its folder: for a step (``useradd``) whose files lie beside older files of the base."""
+    and stamp its folder: for a step (``useradd``, the package step on a vendor image) whose files lie beside
+    older files of the base, which must not be copied up."""
     when = '"@$SOURCE_DATE_EPOCH"'
     folder = mark.rsplit("/", 1)[0] or "/"
     return (f"find {' '.join(roots)} -xdev -newer {mark} -exec touch -h -d {when} {{}} + "

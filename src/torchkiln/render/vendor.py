@@ -123,7 +123,8 @@ def stage_packages(plan: BuildPlan) -> list[str]:
     assert image is not None
     py = image.python_exe
     torch_dir = f"{image.site}/torch"
-    mounts = [*ins.SOURCE_MOUNTS, ins.bind("requirements.txt"), ins.bind(PIN)]
+    mounts = [reproducible.VENDOR_UV_CACHE_MOUNT if m == ins.UV_CACHE_MOUNT else m for m in ins.SOURCE_MOUNTS]
+    mounts += [ins.bind("requirements.txt"), ins.bind(PIN)]
     reqs = ["-r /kiln/requirements.txt"] if plan.pip_packages else []
     if ext.compiled(plan):
         mounts.append(f"type=bind,from=extensions,source={ext.EXT_WHEELS},target=/kiln/ext-wheels")
@@ -132,7 +133,8 @@ def stage_packages(plan: BuildPlan) -> list[str]:
     version = plan.torch.version
     check = (f"{py} -c 'import torch; v = torch.__version__; "
              f"assert v == \"{version}\", \"torch was replaced: \" + v'")
-    cmds = [". /kiln/sources.sh"]
+    mark = "/tmp/kiln-packages-mark"
+    cmds = [". /kiln/sources.sh", f"export UV_CACHE_DIR={reproducible.VENDOR_UV_CACHE}", f"touch {mark}"]
     if reqs:
         cmds += [
             f"find {torch_dir} -type f -print0 | sort -z | xargs -0 sha256sum > /tmp/kiln-torch.sha256",
@@ -140,13 +142,16 @@ def stage_packages(plan: BuildPlan) -> list[str]:
             "sha256sum --quiet -c /tmp/kiln-torch.sha256",
             "rm /tmp/kiln-torch.sha256",
         ]
-    cmds.append(check)
+    cmds += [check, reproducible.forget_install_times(image.site, mark),
+             reproducible.stamp_since(mark, ("/usr/local", "/root", "/etc"))]
     return [
         "# packages: the spec's packages and extension wheels in the image's Python, constrained by the image's",
         "# constraints and a pin of its torch (a package that wants another torch fails here); torch's files are",
-        "# checked to be the very files the image brought",
+        "# checked to be the very files the image brought. What this step wrote gets the time SOURCE_DATE_EPOCH,",
+        "# the image's own files are left as they are (render/reproducible.py)",
         "FROM base AS packages",
         ins.SHELL,
+        reproducible.ARG,
         *ins.run(mounts, cmds),
         *render_steps.dockerfile_steps(plan, "packages"),
     ]

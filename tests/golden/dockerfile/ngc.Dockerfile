@@ -13,25 +13,31 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # packages: the spec's packages and extension wheels in the image's Python, constrained by the image's
 # constraints and a pin of its torch (a package that wants another torch fails here); torch's files are
-# checked to be the very files the image brought
+# checked to be the very files the image brought. What this step wrote gets the time SOURCE_DATE_EPOCH,
+# the image's own files are left as they are (render/reproducible.py)
 FROM base AS packages
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG SOURCE_DATE_EPOCH=315532800
 RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=tmpfs,target=/run/secrets \
     --mount=type=bind,source=.kiln/bin/uv,target=/kiln/bin/uv \
     --mount=type=bind,source=.kiln/sources.sh,target=/kiln/sources.sh \
     --mount=type=bind,source=.kiln/wheels,target=/kiln/wheels \
-    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=cache,id=/root/.cache/uv,target=/kiln/uv-cache,sharing=locked \
     --mount=type=secret,id=kiln-uv,target=/run/secrets/kiln-uv \
     --mount=type=secret,id=kiln-ca,target=/run/secrets/kiln-ca \
     --mount=type=bind,source=.kiln/requirements.txt,target=/kiln/requirements.txt \
     --mount=type=bind,source=.kiln/pin-torch.txt,target=/kiln/pin-torch.txt \
     . /kiln/sources.sh \
+    && export UV_CACHE_DIR=/kiln/uv-cache \
+    && touch /tmp/kiln-packages-mark \
     && find /usr/local/lib/python3.12/dist-packages/torch -type f -print0 | sort -z | xargs -0 sha256sum > /tmp/kiln-torch.sha256 \
     && /kiln/bin/uv pip install --python /usr/bin/python3.12 --system --break-system-packages -c /etc/pip/constraint.txt -c /kiln/pin-torch.txt -r /kiln/requirements.txt \
     && sha256sum --quiet -c /tmp/kiln-torch.sha256 \
     && rm /tmp/kiln-torch.sha256 \
-    && /usr/bin/python3.12 -c 'import torch; v = torch.__version__; assert v == "2.10.0a0+b4e4ee81d3", "torch was replaced: " + v'
+    && /usr/bin/python3.12 -c 'import torch; v = torch.__version__; assert v == "2.10.0a0+b4e4ee81d3", "torch was replaced: " + v' \
+    && find /usr/local/lib/python3.12/dist-packages -path '*.dist-info/uv_cache.json' -newer /tmp/kiln-packages-mark -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + \
+    && find /usr/local /root /etc -xdev -newer /tmp/kiln-packages-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-packages-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 
 # dev: the packages stage with a shell (the base is already a development image: compilers, nvcc)
 FROM packages AS dev
