@@ -462,14 +462,21 @@ def _downloads_nothing_cached(inst: Install) -> bool:
 def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
     """`pip install setuptools` (bare names, no -U / --force-reinstall / -I) of packages pip already
     has: pip itself always, setuptools and wheel when the stage chain apt-installed python3-pip
-    (Debian's and Ubuntu's python3-pip depends on python3-setuptools and python3-wheel). pip answers
-    "Requirement already satisfied" and downloads nothing."""
+    (Debian's and Ubuntu's python3-pip depends on python3-setuptools and python3-wheel), torch and
+    setuptools on an image that ships torch, and numpy on NGC's and Jetson's (which install it beside
+    torch). pip answers "Requirement already satisfied" and
+    downloads nothing."""
     assert ctx.df is not None
     if inst.sub != "install" or inst.has(*_REPLACING) or not inst.reqs:
         return False
     if not all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in inst.reqs):
         return False
     have = {"pip"}
+    base = ctx.df.base_image(step.stage)
+    if base_ships_torch(base):
+        have |= {"torch", "setuptools"}
+        if NGC_PYTORCH.match(base or "") or "l4t-pytorch" in (base or ""):
+            have.add("numpy")
     chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
         if st.stage.index in chain and st.ins.line <= step.ins.line:
@@ -1618,10 +1625,12 @@ def arch_list_ptx(ctx: Context) -> Iterator[Hit]:
             fixed = ";".join(i + "+PTX" if i == plain else i for i in items)
         else:
             fixed = ";".join([*items, plain + "+PTX"])
+        major = _arch_key(plain)[0]
         yield Hit(
             d.line,
-            f"TORCH_CUDA_ARCH_LIST={d.value!r} has no forward-compatible PTX: GPUs newer than {plain} "
-            "cannot run these kernels",
+            f"TORCH_CUDA_ARCH_LIST={d.value!r} has no forward-compatible PTX: GPUs of a newer major generation "
+            f"(compute capability {major + 1}.0 and later) cannot run these kernels (sm_{plain.replace('.', '')} "
+            f"code runs on later {major}.x GPUs)",
             fix=f'TORCH_CUDA_ARCH_LIST="{fixed}"',
         )
 
@@ -1847,7 +1856,8 @@ def base_not_pinned(ctx: Context) -> Iterator[Hit]:
         if st.parent is not None or st.resolved_image is None:
             continue
         image = st.resolved_image
-        if image.lower() == "scratch" or "$" in image:
+        if image.lower() == "scratch" or "$" in image or "<" in image or "{{" in image:
+            # (an unset variable, a `<jupyter>` placeholder or a template: not a reference that can be pulled)
             continue
         _, tag, digest = image_tag(image)
         if digest:
