@@ -116,6 +116,31 @@ def test_packages_on_top_keep_the_images_torch(docker_engine: Engine, standin: s
         docker_engine.remove_image(tag)
 
 
+def test_a_rebuild_on_the_vendor_image_gives_the_same_layers_below_the_app(
+        docker_engine: Engine, standin: str, mirror: Any, tmp_path: Path, stable_context: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package step and the user step on a vendor (NGC) image are stamped from a mark
+    (render/reproducible.py): built twice, the second time with nothing reused, every layer but the
+    WORKDIR and the app's COPY has the same digest, and the image's own torch is untouched."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    spec = _spec(tmp_path / "spec", ["six"])
+    tags = [f"kiln-test/on-standin-repro:{os.getpid()}-{i}" for i in (1, 2)]
+    try:
+        for i, tag in enumerate(tags):
+            options = BuildOptions(tag=tag, context_dir=stable_context("on-standin-repro"), flags=mirror.layer,
+                                   no_cache=i == 1)
+            summary = build_image(spec, docker_engine, options, env={})
+        assert summary.cache_hits == 0  # the second build made every layer again
+        a, b = (docker_engine.inspect_image(t).diff_ids for t in tags)
+        base = len(docker_engine.inspect_image(standin).diff_ids)
+        assert len(a) == len(b) >= base + 4  # the ADD, packages, user, WORKDIR, app
+        assert a[:-2] == b[:-2]
+        assert _digest(docker_engine, tags[1]) == _digest(docker_engine, standin)
+    finally:
+        for tag in tags:
+            docker_engine.remove_image(tag)
+
+
 def _wheel(folder: Path, name: str, requires: str) -> Path:
     """A minimal pure-Python wheel whose metadata requires ``requires``."""
     folder.mkdir(parents=True, exist_ok=True)

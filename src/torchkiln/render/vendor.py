@@ -142,7 +142,9 @@ def stage_packages(plan: BuildPlan) -> list[str]:
             "sha256sum --quiet -c /tmp/kiln-torch.sha256",
             "rm /tmp/kiln-torch.sha256",
         ]
-    cmds += [check, reproducible.forget_install_times(image.site, mark),
+    # uv locks a system interpreter's environment with a file in /tmp (uv-HASH.lock), left behind
+    cmds += [check, f"find /tmp -maxdepth 1 -name 'uv-*.lock' -newer {mark} -delete",
+             reproducible.forget_install_times(image.site, mark),
              reproducible.stamp_since(mark, ("/usr/local", "/root", "/etc"))]
     return [
         "# packages: the spec's packages and extension wheels in the image's Python, constrained by the image's",
@@ -174,8 +176,13 @@ def _user(plan: BuildPlan) -> list[str]:
     if plan.app.user == "root":
         return []
     u = plan.app.user
-    # NGC images (Ubuntu 24.04) already have a user 1000 ("ubuntu"): that one is used then
-    return [f"RUN id -u {UID} >/dev/null 2>&1 || useradd --create-home --uid {UID} --user-group --shell /bin/bash {u}"]
+    # NGC images (Ubuntu 24.04) already have a user 1000 ("ubuntu"): that one is used then; what useradd
+    # writes gets SOURCE_DATE_EPOCH (render/reproducible.py)
+    mark = "/tmp/kiln-user-mark"
+    return [reproducible.ARG,
+            f"RUN touch {mark} && (id -u {UID} >/dev/null 2>&1 || useradd --create-home --uid {UID} --user-group "
+            f"--shell /bin/bash {u}) \\",
+            f"    && {reproducible.stamp_since(mark)}"]
 
 
 def _user_ref(plan: BuildPlan) -> str:

@@ -36,12 +36,15 @@ RUN --mount=type=tmpfs,target=/kiln \
     && sha256sum --quiet -c /tmp/kiln-torch.sha256 \
     && rm /tmp/kiln-torch.sha256 \
     && /usr/bin/python3.12 -c 'import torch; v = torch.__version__; assert v == "2.10.0a0+b4e4ee81d3", "torch was replaced: " + v' \
+    && find /tmp -maxdepth 1 -name 'uv-*.lock' -newer /tmp/kiln-packages-mark -delete \
     && find /usr/local/lib/python3.12/dist-packages -path '*.dist-info/uv_cache.json' -newer /tmp/kiln-packages-mark -exec sh -c 'for f; do rm -f "$f" && sed -i "/\.dist-info\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD"; done' sh {} + \
     && find /usr/local /root /etc -xdev -newer /tmp/kiln-packages-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-packages-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 
 # dev: the packages stage with a shell (the base is already a development image: compilers, nvcc)
 FROM packages AS dev
-RUN id -u 1000 >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ARG SOURCE_DATE_EPOCH=315532800
+RUN touch /tmp/kiln-user-mark && (id -u 1000 >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln) \
+    && find /etc /home /var -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 ENV NVIDIA_VISIBLE_DEVICES="all" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
@@ -65,7 +68,9 @@ CMD ["bash"]
 
 # runtime: the packages stage + the app, non-root by default; the base is a development image (nvcc, headers, compilers), kept as it is: no slim stage is made from it
 FROM packages AS runtime
-RUN id -u 1000 >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln
+ARG SOURCE_DATE_EPOCH=315532800
+RUN touch /tmp/kiln-user-mark && (id -u 1000 >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln) \
+    && find /etc /home /var -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 ENV NVIDIA_VISIBLE_DEVICES="all" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
