@@ -208,6 +208,8 @@ AFTER = "[judged after"  # a verdict taken after the rule changes (a finding the
 SPLIT_ROUND = {
     "heldout2": "the rule changes of issue 29",
     "heldout3": "the rule changes of the round after the second judge (2026-11-28)",
+    "heldout4": "the rule changes of session 9 (2026-11-28: KL002 on uv and local wheels, KL040, and the "
+                "fixes for the false findings its judges found)",
 }
 
 
