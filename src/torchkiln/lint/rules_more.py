@@ -10,7 +10,7 @@ every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it bac
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -799,3 +799,98 @@ def _chain_copies_from(ctx: Context, stage: Stage) -> bool:
         if ins.keyword == "ADD" or (ins.keyword == "COPY" and any(f.startswith("--from") for f in ins.flags)):
             return True
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# KL041: conda on a current Miniconda/Anaconda without accepting the default channels' Terms of Service
+
+#: a Miniconda/Anaconda installer whose conda asks for the Terms of Service: "latest", or a release from
+#: 25.5 on (conda-anaconda-tos ships with the installers since July 2025)
+_CONDA_INSTALLER = re.compile(
+    r"(Mini|Ana)conda3-(latest|py\d+_(\d+)\.(\d+)(?:\.\d+)?|(\d+)\.(\d+)(?:\.\d+)?(?:-\d+)?)-", re.I)
+_CONDA_IMAGE = re.compile(r"^(docker\.io/)?continuumio/(miniconda3|anaconda3)(:(latest|(\d+)\.(\d+)[^/]*))?$", re.I)
+_TOS_SINCE = (25, 5)
+#: conda sub-commands that read the channels (and so ask for the Terms of Service)
+_CONDA_CHANNEL_COMMANDS = frozenset({"install", "create", "update", "upgrade"})
+
+
+def _asks_for_tos(m: re.Match[str] | None, groups: tuple[int, int]) -> bool:
+    if m is None:
+        return False
+    major, minor = m.group(groups[0]), m.group(groups[1])
+    return major is None or (int(major), int(minor)) >= _TOS_SINCE
+
+
+def _installer_asks(text: str) -> bool:
+    m = _CONDA_INSTALLER.search(text)
+    if m is None:
+        return False
+    if m.group(2).lower() == "latest":
+        return True
+    ver = (m.group(3), m.group(4)) if m.group(3) else (m.group(5), m.group(6))
+    return (int(ver[0]), int(ver[1])) >= _TOS_SINCE
+
+
+def _tos_handled(argv: tuple[str, ...], env: Mapping[str, str | None]) -> bool:
+    """The command (or the environment) accepts the Terms of Service, or keeps the default channels out."""
+    if (env.get("CONDA_PLUGINS_AUTO_ACCEPT_TOS") or "").strip("\"'").lower() in ("yes", "true", "1"):
+        return True
+    text = " ".join(argv)
+    return "--override-channels" in argv or "tos" in argv or "condarc" in text or "remove channels" in text
+
+
+@rule(
+    "KL041",
+    "conda-terms-not-accepted",
+    "error",
+    "conda install/create/update on a current Miniconda or Anaconda before its Terms of Service are accepted",
+    why=(
+        "Since conda 25.5 (Miniconda and Anaconda installers from July 2025, continuumio images of those "
+        "releases) conda asks to accept Anaconda's Terms of Service for its default channels "
+        "(repo.anaconda.com/pkgs/main and /r). A docker build is not interactive, so the first conda "
+        "command that reads those channels stops with CondaToSNonInteractiveError. A `Miniconda3-latest` "
+        "download is always such a release today."
+    ),
+    source=(
+        "conda-anaconda-tos plugin (bundled with conda 25.5+); Anaconda Terms of Service update, July 2025; "
+        "e.g. ReproNim/neurodocker#676, mlrun/mlrun#8322"
+    ),
+    fix=(
+        "Accept them first: RUN conda tos accept --override-channels --channel "
+        "https://repo.anaconda.com/pkgs/main && conda tos accept --override-channels --channel "
+        "https://repo.anaconda.com/pkgs/r (or set CONDA_PLUGINS_AUTO_ACCEPT_TOS=yes), or use conda-forge only "
+        "(Miniforge, or --override-channels -c conda-forge)."
+    ),
+)
+def conda_terms_not_accepted(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for stage in ctx.df.stages:
+        chain = {s.index for s in ctx.df.chain(stage)}
+        base = ctx.df.base_image(stage) or ""
+        asks = _asks_for_tos(_CONDA_IMAGE.match(base), (5, 6)) if _CONDA_IMAGE.match(base) else False
+        for step in ctx.steps:
+            if step.stage.index not in chain:
+                continue
+            hit = None
+            for cmd, env, _cwd in step.commands:
+                full_env = {**step.env, **env, **cmd.assigned()}
+                if _tos_handled(cmd.argv, full_env):
+                    asks = False
+                    hit = None
+                    break
+                if not asks:
+                    asks = any(_installer_asks(w) for w in cmd.argv)
+                    continue
+                if hit is None and cmd.name == "conda" and len(cmd.argv) > 1 and cmd.argv[1] in _CONDA_CHANNEL_COMMANDS:
+                    hit = cmd
+            if hit is not None:
+                if step.stage.index == stage.index:
+                    what = f"the {base} image" if _CONDA_IMAGE.match(base) else "a Miniconda/Anaconda of 25.5 or later"
+                    yield Hit(
+                        hit.line,
+                        f"`conda {hit.argv[1]}` runs on a conda that asks for Anaconda's Terms of Service ({what}) "
+                        "and nothing accepts them before: the build stops with CondaToSNonInteractiveError",
+                        stage=step.stage.label,
+                    )
+                break
