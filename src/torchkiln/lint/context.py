@@ -33,7 +33,6 @@ from torchkiln.lint.shell import Command, Install, recognize, walk
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio"})
 TorchState = Literal["yes", "no", "unknown"]
 
-#: base images that ship torch (NGC, the PyTorch project's images, and images named after torch)
 #: images that ship torch: pytorch/pytorch, NGC's PyTorch, and NVIDIA's Jetson images (l4t-pytorch, l4t-ml)
 _TORCH_BASE = re.compile(r"(^|/)(l4t-)?(pytorch|torch)[^/:]*(:|$)|nvcr\.io/nvidia/pytorch|/l4t-ml(:|$)", re.I)
 #: NGC's PyTorch image; `<registry>/dl/dgx/pytorch` is NVIDIA's internal name for the same build

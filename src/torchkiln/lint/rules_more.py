@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from torchkiln.lint.context import Context, Step
+from torchkiln.lint.context import Context, Step, base_ships_torch
 from torchkiln.lint.model import Stage
-from torchkiln.lint.rules import Hit, _stage_label, image_tag, rule
-from torchkiln.lint.shell import Command, commands, swallowing_comments
+from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
+from torchkiln.lint.shell import Command, Install, commands, swallowing_comments
 
 # ---------------------------------------------------------------------------------------------
 # KL030: a comment inside a continued RUN swallows the lines after it
@@ -894,3 +894,92 @@ def conda_terms_not_accepted(ctx: Context) -> Iterator[Hit]:
                         stage=step.stage.label,
                     )
                 break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL042: torch installed again after an extension was compiled against it, or swapped by --force-reinstall
+
+#: packages that declare torch as a dependency: `pip install --force-reinstall` of one reinstalls torch too
+_REQUIRES_TORCH = frozenset({
+    "flash-attn", "xformers", "torchvision", "torchaudio", "accelerate", "deepspeed", "mamba-ssm", "causal-conv1d",
+    "bitsandbytes", "peft", "timm", "lightning", "pytorch-lightning", "torchmetrics", "vllm", "sglang",
+    "transformer-engine-torch", "triton", "torch-geometric", "kornia", "einops-exts", "open-clip-torch",
+})
+_FORCE = ("--force-reinstall", "--reinstall", "-I", "--ignore-installed")
+
+
+def _torch_pin(inst: Install) -> str | None:
+    for r in inst.reqs:
+        if r.name == "torch" and r.kind == "name":
+            m = re.search(r"===?\s*v?([0-9][0-9A-Za-z.!]*)(?:\+[0-9A-Za-z.]+)?\s*$", r.text.strip("\"'"))
+            return m.group(1) if m else None
+    return None
+
+
+@rule(
+    "KL042",
+    "torch-reinstalled",
+    "error",
+    "torch installed again after a CUDA extension was compiled against it, or swapped by --force-reinstall",
+    why=(
+        "A CUDA extension (apex, flash-attn built from source, a project's own ops) links against the "
+        "C++ ABI of the torch it was compiled with; when a later install replaces that torch, importing the "
+        "extension fails with 'undefined symbol'. `pip install --force-reinstall pkg` without --no-deps "
+        "reinstalls every dependency of pkg as well, so a package that requires torch brings the newest torch "
+        "on the index (and its CUDA libraries) in place of the image's."
+    ),
+    source="pip docs (--force-reinstall: 'Reinstall all packages even if they are already up-to-date'); "
+    "PyTorch C++ extension ABI (torch.utils.cpp_extension)",
+    fix=(
+        "Install the torch you want first and build the extensions after it; add --no-deps to a "
+        "--force-reinstall of one package."
+    ),
+)
+def torch_reinstalled(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    builds = list(extension_builds(ctx))
+    for step in ctx.steps:
+        chain = {s.index for s in ctx.df.chain(step.stage)}
+        for inst in step.installs:
+            if inst.tool not in ("pip", "uv") or inst.sub != "install":
+                continue
+            if "torch" in inst.names:
+                earlier = [b for b in builds if b.step.stage.index in chain and b.install.line < inst.line]
+                if not earlier:
+                    continue
+                first = earlier[0]
+                before = _torch_pin_before(ctx, chain, first.install.line)
+                pin = _torch_pin(inst)
+                if pin and before and pin == before:
+                    continue  # the same torch: pip keeps it
+                if not (inst.has(*_REPLACING, "-U", *_FORCE) or (pin and before)):
+                    continue  # a bare `pip install torch` is satisfied by the torch already there
+                yield Hit(
+                    inst.line,
+                    f"torch is installed again{f' as {pin}' if pin else ''} after {first.label} was compiled against "
+                    f"the torch before it{f' ({before})' if before else ''} on line {first.install.line}: its "
+                    "compiled ops no longer match and fail to load (undefined symbol)",
+                    stage=step.stage.label,
+                )
+            elif inst.has(*_FORCE) and not inst.has("--no-deps") and inst.names & _REQUIRES_TORCH:
+                if not (base_ships_torch(ctx.df.base_image(step.stage)) or ctx.torch_installed_by_dockerfile(step)):
+                    continue
+                pkg = sorted(inst.names & _REQUIRES_TORCH)[0]
+                yield Hit(
+                    inst.line,
+                    f"--force-reinstall without --no-deps reinstalls {pkg}'s dependencies too: torch is replaced by "
+                    "the newest release on the index (with its own CUDA libraries), not the one this image had",
+                    stage=step.stage.label,
+                )
+
+
+def _torch_pin_before(ctx: Context, chain: set[int], line: int) -> str | None:
+    """The exact torch an install of the chain pinned before ``line`` (the last one), if any."""
+    pin = None
+    for step in ctx.steps:
+        if step.stage.index in chain:
+            for inst in step.installs:
+                if inst.line < line and inst.tool in ("pip", "uv") and "torch" in inst.names:
+                    pin = _torch_pin(inst) or pin
+    return pin
