@@ -19,7 +19,7 @@ from typing import Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from torchkiln.lint.model import Snippet
+from torchkiln.lint.model import Snippet, _shell_c_script
 
 TokenKind = Literal["word", "op", "redir"]
 
@@ -329,6 +329,12 @@ def _make_command(words: list[Token], snippet: Snippet) -> list[Command]:
     rest = tuple(words[i:])
     if rest and rest[0].text in _SKIP_COMMANDS:
         return []
+    script = _shell_c_script([t.text for t in rest]) if len(rest) >= 3 else None
+    if script is not None and not assigns:
+        # `bash -c "pip install ... && ..."` in a shell-form RUN: the commands are those of the script,
+        # each on the line of the bash command
+        line = snippet.file_line(rest[0].index)
+        return list(commands(Snippet(script, (line,) * (script.count("\n") + 1), snippet.instruction, 0)))
     first = rest[0] if rest else (assigns[0] if assigns else words[0])
     return [Command(rest, tuple(assigns), snippet.file_line(first.index), snippet)]
 
