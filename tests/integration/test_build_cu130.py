@@ -54,4 +54,8 @@ def test_cu130_example_has_cuda_13(
     assert r.returncode == 0, r.output
     files, newer = (int(x) for x in r.stdout.split()[-2:])
     assert files > 100 and newer == 0
+    # uv's own cache stays out of every layer: the interpreter entry `uv venv` writes is keyed by the
+    # interpreter's ctime (when a daemon unpacked the base) and kept the venv layer apart across daemons
+    r = docker_engine.run(tag, ["sh", "-c", "find /root/.cache/uv -mindepth 1 | head"], check=False)
+    assert r.returncode == 0 and r.stdout.strip() == "", r.output
     docker_engine.remove_image(tag)

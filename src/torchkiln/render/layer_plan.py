@@ -96,10 +96,15 @@ def library_steps(plan: BuildPlan) -> list[str]:
     """The venv step and one step per library family (see the module's docstring)."""
     py = f"{VENV}/bin/python"
     source = "/kiln/requirements-torch.txt" if _locked(plan) else SET_FILE
-    venv = [". /kiln/sources.sh", f"{UV} venv --python {plan.python_exe} {VENV}", "mkdir -p /etc/pip"]  # stamp's roots
+    # uv's cache in a folder removed afterwards: `uv venv` caches what it learnt of the interpreter, keyed by
+    # the interpreter file's ctime (when the daemon unpacked the base), so that entry differs from one
+    # machine to the next and kept this layer apart across daemons (measured: the only differing file)
+    venv = [". /kiln/sources.sh", f"UV_CACHE_DIR={_CACHE} {UV} venv --python {plan.python_exe} {VENV}",
+            "mkdir -p /etc/pip"]  # stamp's roots
     if not _locked(plan):
         venv += [f"UV_CACHE_DIR={_CACHE} {UV} pip compile --python {py} --quiet --no-header --no-annotate"
-                 f" -o {SET_FILE} /kiln/requirements-torch.txt", f"rm -rf {_CACHE}"]
+                 f" -o {SET_FILE} /kiln/requirements-torch.txt"]
+    venv.append(f"rm -rf {_CACHE}")
     lines = [
         "# the CUDA libraries torch pins, each in a layer of its own below torch's, from what changes least to what",
         "# changes most: an image of the next torch that pins the same libraries shares these layers "

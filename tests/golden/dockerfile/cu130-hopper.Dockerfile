@@ -36,7 +36,7 @@ RUN --mount=type=tmpfs,target=/kiln \
     --mount=type=cache,id=kiln-torch-set-cbff5748edc06178,target=/kiln/torch-set,sharing=locked \
     --mount=type=bind,source=.kiln/requirements-torch.txt,target=/kiln/requirements-torch.txt \
     . /kiln/sources.sh \
-    && /kiln/bin/uv venv --python python3.11 /opt/venv \
+    && UV_CACHE_DIR=/tmp/kiln-uv-torch /kiln/bin/uv venv --python python3.11 /opt/venv \
     && mkdir -p /etc/pip \
     && UV_CACHE_DIR=/tmp/kiln-uv-torch /kiln/bin/uv pip compile --python /opt/venv/bin/python --quiet --no-header --no-annotate -o /kiln/torch-set/requirements.txt /kiln/requirements-torch.txt \
     && rm -rf /tmp/kiln-uv-torch \
