@@ -169,7 +169,8 @@ def test_app_edit_reuses_torch_layer(cpu_build: Any, tmp_path: Path, example_cop
 def test_a_rebuild_with_no_cache_gives_the_same_layers_below_the_app(
         cpu_build: Any, tmp_path: Path, example_copy: Any) -> None:
     """Reproducible layers (render/reproducible.py): every step run again, nothing reused, and every layer but
-    the WORKDIR and the app's COPY has the digest of the first build's (times, .pyc, mount points, the user)."""
+    the app's COPY has the digest of the first build's (times, .pyc, mount points, the user, the WORKDIR
+    the user step makes)."""
     spec = example_copy(tmp_path / "spec")
     options = _rebuild(cpu_build, spec, tmp_path, "kiln-test/example-cpu:nocache", no_cache=True)
     summary = build_image(spec, cpu_build.engine, options, env={})
@@ -178,7 +179,7 @@ def test_a_rebuild_with_no_cache_gives_the_same_layers_below_the_app(
         a = cpu_build.engine.inspect_image(cpu_build.ref).diff_ids
         b = cpu_build.engine.inspect_image(summary.image).diff_ids
         assert len(a) == len(b) and len(a) >= 7
-        assert a[:-2] == b[:-2]
+        assert a[:-1] == b[:-1]
     finally:
         cpu_build.engine.remove_image(summary.image)
 

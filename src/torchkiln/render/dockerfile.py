@@ -218,9 +218,11 @@ def _user(plan: BuildPlan) -> list[str]:
         return []
     u = plan.app.user
     mark = "/tmp/kiln-user-mark"  # the user's files get SOURCE_DATE_EPOCH too (render/reproducible.py)
+    # the app's folder is made here, stamped, so that WORKDIR finds it and its layer is the same everywhere
+    workdir = shlex.quote(plan.app.workdir)
     return [reproducible.ARG,
             f"RUN touch {mark} && useradd --create-home --uid {UID} --user-group --shell /bin/bash {u} \\",
-            f"    && {reproducible.stamp_since(mark)}"]
+            f"    && mkdir -p {workdir} && {reproducible.stamp_since(mark, ('/etc', '/home', '/var', workdir))}"]
 
 
 def _app(plan: BuildPlan) -> list[str]:
