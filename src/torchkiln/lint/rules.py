@@ -2032,6 +2032,37 @@ def _image_toolkit(image: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+#: a torch requirement with no upper bound: what pip resolves is the newest release the Python allows
+_UNBOUNDED_TORCH = re.compile(r"torch\s*(>=?\s*[0-9][0-9a-z.]*)?", re.I)
+#: nvidia/cuda tags of an OS whose system Python is 3.8 or newer (torch 2.1+ installs there)
+_PY38_OS = re.compile(r"-(ubuntu2[0-9]\.04|rockylinux9|ubi9)$")
+
+
+def _unpinned_pypi_torch(inst: Install) -> bool:
+    """A pip/uv install of torch with no upper bound, from the default index only (no index or wheel
+    folder options, no constraints file)."""
+    if inst.has("--index-url", "--extra-index-url", "--find-links", "--index", "--default-index", "--constraint",
+                "--requirement", "--no-index") or {**inst.env, **inst.command.assigned()}.get("PIP_CONSTRAINT"):
+        return False
+    return any(r.name == "torch" and _UNBOUNDED_TORCH.fullmatch(r.text.strip().strip("\"'")) for r in inst.reqs)
+
+
+def _system_python_38_or_newer(ctx: Context, step: Step) -> bool:
+    """The stage's Python is the OS's own, 3.8 or newer: an Ubuntu 20.04+ / EL9 CUDA image, and nothing
+    in the chain before installs another Python (conda, pyenv, deadsnakes, uv python)."""
+    assert ctx.df is not None
+    _repo, tag, _ = image_tag(ctx.df.base_image(step.stage) or "")
+    if not tag or not _PY38_OS.search(tag):
+        return False
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    other = re.compile(r"conda|mamba|pyenv|deadsnakes|python3\.[0-7]\b|uv python", re.I)
+    return not any(
+        st.stage.index in chain and st.ins.line <= step.ins.line
+        and other.search(" ".join(sn.text for sn in st.snippets))
+        for st in ctx.steps
+    )
+
+
 def _default_cuda(version: str) -> str | None:
     """The CUDA variant a plain `pip install torch==version` gets from the default index."""
     from torchkiln.knowledge import _load, load_knowledge
@@ -2116,10 +2147,15 @@ def torch_toolkit_mismatch(ctx: Context) -> Iterator[Hit]:
             ):
                 continue
             got = _torch_cuda(inst)
+            major = str(got[0]) if got else ""
+            if got is None and toolkit[0] <= 11 and _unpinned_pypi_torch(inst) and _system_python_38_or_newer(
+                    ctx, step):
+                # PyPI's torch for Python 3.8+ is 2.4.1 at least, and every release since 2.1 there is CUDA 12+
+                got, major = (12, "an unpinned torch from PyPI"), "12 or newer"
             if got is not None and got[0] != toolkit[0]:
                 yield Hit(
                     inst.line,
-                    f"{got[1]} is a CUDA {got[0]} build, but the image's toolkit is CUDA "
+                    f"{got[1]} is a CUDA {major} build, but the image's toolkit is CUDA "
                     f"{toolkit[0]}.{toolkit[1]}: extensions and JIT ops will not compile",
                     stage=step.stage.label,
                 )
