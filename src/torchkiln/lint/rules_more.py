@@ -814,11 +814,14 @@ _TOS_SINCE = (25, 5)
 _CONDA_CHANNEL_COMMANDS = frozenset({"install", "create", "update", "upgrade"})
 
 
-def _asks_for_tos(m: re.Match[str] | None, groups: tuple[int, int]) -> bool:
-    if m is None:
-        return False
-    major, minor = m.group(groups[0]), m.group(groups[1])
-    return major is None or (int(major), int(minor)) >= _TOS_SINCE
+def _release_asks(major: str | None, minor: str | None) -> bool:
+    """A conda release (None: ``latest``) that asks for the Terms of Service."""
+    return major is None or (int(major), int(minor or 0)) >= _TOS_SINCE
+
+
+def _image_asks(base: str) -> bool:
+    m = _CONDA_IMAGE.match(base)
+    return m is not None and _release_asks(m.group(5), m.group(6))
 
 
 def _installer_asks(text: str) -> bool:
@@ -827,8 +830,7 @@ def _installer_asks(text: str) -> bool:
         return False
     if m.group(2).lower() == "latest":
         return True
-    ver = (m.group(3), m.group(4)) if m.group(3) else (m.group(5), m.group(6))
-    return (int(ver[0]), int(ver[1])) >= _TOS_SINCE
+    return _release_asks(*((m.group(3), m.group(4)) if m.group(3) else (m.group(5), m.group(6))))
 
 
 def _tos_handled(argv: tuple[str, ...], env: Mapping[str, str | None]) -> bool:
@@ -868,7 +870,7 @@ def conda_terms_not_accepted(ctx: Context) -> Iterator[Hit]:
     for stage in ctx.df.stages:
         chain = {s.index for s in ctx.df.chain(stage)}
         base = ctx.df.base_image(stage) or ""
-        asks = _asks_for_tos(_CONDA_IMAGE.match(base), (5, 6)) if _CONDA_IMAGE.match(base) else False
+        asks = _image_asks(base)
         for step in ctx.steps:
             if step.stage.index not in chain:
                 continue
@@ -909,11 +911,8 @@ _FORCE = ("--force-reinstall", "--reinstall", "-I", "--ignore-installed")
 
 
 def _torch_pin(inst: Install) -> str | None:
-    for r in inst.reqs:
-        if r.name == "torch" and r.kind == "name":
-            m = re.search(r"===?\s*v?([0-9][0-9A-Za-z.!]*)(?:\+[0-9A-Za-z.]+)?\s*$", r.text.strip("\"'"))
-            return m.group(1) if m else None
-    return None
+    """The exact torch release an install names (``torch==X``), without a local label."""
+    return next((_exact_pin(r.text) for r in inst.reqs if r.name == "torch" and r.kind == "name"), None)
 
 
 @rule(
