@@ -217,12 +217,12 @@ def _user(plan: BuildPlan) -> list[str]:
     if plan.app.user == "root":
         return []
     u = plan.app.user
-    mark = "/tmp/kiln-user-mark"  # the user's files get SOURCE_DATE_EPOCH too (render/reproducible.py)
-    # the app's folder is made here, stamped, so that WORKDIR finds it and its layer is the same everywhere
+    # the user's files get SOURCE_DATE_EPOCH too (render/reproducible.py); the app's folder is made here,
+    # stamped, so that WORKDIR finds it and its layer is the same everywhere
     workdir = shlex.quote(plan.app.workdir)
-    return [reproducible.ARG,
-            f"RUN touch {mark} && useradd --create-home --uid {UID} --user-group --shell /bin/bash {u} \\",
-            f"    && mkdir -p {workdir} && {reproducible.stamp_since(mark, ('/etc', '/home', '/var', workdir))}"]
+    return reproducible.stamped_run(
+        f"useradd --create-home --uid {UID} --user-group --shell /bin/bash {u} && mkdir -p {workdir}",
+        ("/etc", "/home", "/var", workdir))
 
 
 def _app(plan: BuildPlan) -> list[str]:

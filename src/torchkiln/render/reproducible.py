@@ -83,6 +83,13 @@ MOUNT_POINTS = "/root/.cache/uv"
 
 
 
+def stamped_run(command: str, roots: tuple[str, ...] = ("/etc", "/home", "/var"),
+                mark: str = "/tmp/kiln-user-mark") -> list[str]:
+    """The lines of a RUN whose ``command`` writes beside older files of the base (``useradd``): a mark
+    first, then everything the command changed below ``roots`` stamped from it (``stamp_since``)."""
+    return [ARG, f"RUN touch {mark} && {command} \\", f"    && {stamp_since(mark, roots)}"]
+
+
 #: the vendor package step's uv cache: the same cache as ``/root/.cache/uv`` elsewhere (same id), mounted below
 #: the ``/kiln`` tmpfs, so that BuildKit creates no folder for it in the image's file system
 VENDOR_UV_CACHE = "/kiln/uv-cache"

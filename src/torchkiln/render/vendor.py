@@ -178,11 +178,8 @@ def _user(plan: BuildPlan) -> list[str]:
     u = plan.app.user
     # NGC images (Ubuntu 24.04) already have a user 1000 ("ubuntu"): that one is used then; what useradd
     # writes gets SOURCE_DATE_EPOCH (render/reproducible.py)
-    mark = "/tmp/kiln-user-mark"
-    return [reproducible.ARG,
-            f"RUN touch {mark} && (id -u {UID} >/dev/null 2>&1 || useradd --create-home --uid {UID} --user-group "
-            f"--shell /bin/bash {u}) \\",
-            f"    && {reproducible.stamp_since(mark)}"]
+    return reproducible.stamped_run(
+        f"(id -u {UID} >/dev/null 2>&1 || useradd --create-home --uid {UID} --user-group --shell /bin/bash {u})")
 
 
 def _user_ref(plan: BuildPlan) -> str:

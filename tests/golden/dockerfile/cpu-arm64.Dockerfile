@@ -127,8 +127,8 @@ CMD ["python", "apps/cpu_app.py"]
 # second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
 FROM packages AS runtime
 ARG SOURCE_DATE_EPOCH=315532800
-RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
-    && mkdir -p /workspace && find /etc /home /var /workspace -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
+RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln && mkdir -p /workspace \
+    && find /etc /home /var /workspace -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV="/opt/venv" \
     PIP_CONSTRAINT="/etc/pip/constraint.txt" \

@@ -160,8 +160,8 @@ CMD ["tinyproj"]
 # second 1-6 GB layer to write and export) + app; no compilers, no package caches, non-root by default
 FROM project-deps AS runtime
 ARG SOURCE_DATE_EPOCH=315532800
-RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln \
-    && mkdir -p /workspace && find /etc /home /var /workspace -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
+RUN touch /tmp/kiln-user-mark && useradd --create-home --uid 1000 --user-group --shell /bin/bash kiln && mkdir -p /workspace \
+    && find /etc /home /var /workspace -xdev -newer /tmp/kiln-user-mark -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} + && rm -f /tmp/kiln-user-mark && touch -h -d "@$SOURCE_DATE_EPOCH" /tmp
 # the project's own package (tinyproj), built in project-build: one layer, the only one an edit of
 # its code rebuilds
 RUN --mount=type=tmpfs,target=/kiln \
