@@ -16,12 +16,12 @@ def _find(text: str, rule: str) -> list[tuple[int, str, str]]:
 
 
 def test_ngc_pip_cache_by_release() -> None:
-    known = _find("FROM nvcr.io/nvidia/pytorch:23.08-py3\nRUN pip install einops\n", "KL002")
-    unknown = _find("FROM nvcr.io/nvidia/pytorch:22.12-py3\nRUN pip install einops\n", "KL002")
+    known = _find("FROM nvcr.io/nvidia/pytorch:23.08-py3\nRUN pip install transformers\n", "KL002")
+    unknown = _find("FROM nvcr.io/nvidia/pytorch:22.12-py3\nRUN pip install transformers\n", "KL002")
     assert known == []
     assert [s for _, s, _ in unknown] == ["info"] and "pip config debug" in unknown[0][2]
     # uv does not read pip's configuration: on any NGC release its cache is uv's business
-    uv = _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN UV_LINK_MODE=copy uv pip install --system einops\n", "KL002")
+    uv = _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN UV_LINK_MODE=copy uv pip install --system transformers\n", "KL002")
     assert [s for _, s, _ in uv] == ["warning"]
 
 
@@ -80,7 +80,7 @@ def test_nested_arg_expansion_like_buildkit() -> None:
 
 
 def test_exec_form_shell_script_is_read() -> None:
-    df = 'FROM python:3.11-slim\nRUN ["/bin/bash", "-o", "pipefail", "-c", "pip install requests | tee log"]\n'
+    df = 'FROM python:3.11-slim\nRUN ["/bin/bash", "-o", "pipefail", "-c", "pip install transformers | tee log"]\n'
     assert [ln for ln, _, _ in _find(df, "KL002")] == [2]
 
 

@@ -105,16 +105,19 @@ def test_suppression_scan_reads_ids_case_insensitively() -> None:
 
 def test_config_ignore_severity_and_per_file(tmp_path: Path) -> None:
     df = tmp_path / "dev.Dockerfile"
-    df.write_text('FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\nENV TORCH_CUDA_ARCH_LIST=8.0\nCMD ["vllm", "serve", "m"]\n')
+    df.write_text(
+        "FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\nADD https://example.com/model.bin /m.bin\n"
+        'CMD ["vllm", "serve", "m"]\n'
+    )
     base = lint_paths([df])
-    assert {f.rule for f in base.findings} == {"KL001", "KL005", "KL012"}
+    assert {f.rule for f in base.findings} == {"KL001", "KL005", "KL015"}
     cfg = LintConfig(
         ignore=frozenset({"KL005"}),
-        severity={"KL012": "error"},
+        severity={"KL015": "error"},
         per_file_ignores=(("*dev.Dockerfile", frozenset({"KL001"})),),
     )
     got = lint_paths([df], cfg)
-    assert [(f.rule, f.severity) for f in got.findings] == [("KL012", "error")]
+    assert [(f.rule, f.severity) for f in got.findings] == [("KL015", "error")]
 
 
 def test_target_changes_the_final_stage() -> None:
@@ -160,7 +163,11 @@ def test_secret_names_and_shapes() -> None:
 
 def test_ptx_advice_skips_arch_specific_targets() -> None:
     def fix(value: str) -> list[str]:
-        text = f'FROM python:3.11-slim-bookworm\nENV TORCH_CUDA_ARCH_LIST="{value}"\nUSER 1000\n'
+        text = (
+            f'FROM nvidia/cuda:12.8.1-devel-ubuntu24.04\nENV TORCH_CUDA_ARCH_LIST="{value}"\n'
+            "RUN FORCE_CUDA=1 MAX_JOBS=4 pip install --no-cache-dir --no-build-isolation torch-scatter==2.1.2\n"
+            "USER 1000\n"
+        )
         return [f.fix for f in lint_text(text) if f.rule == "KL012"]
 
     assert fix("8.0;9.0a") == ['TORCH_CUDA_ARCH_LIST="8.0;9.0a;9.0+PTX"']

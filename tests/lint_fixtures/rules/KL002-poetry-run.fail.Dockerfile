@@ -2,7 +2,7 @@
 FROM python:3.12-slim
 RUN pip install --no-cache-dir poetry==1.8.3
 # expect: KL002
-RUN poetry run pip install requests
+RUN poetry run pip install pandas
 # expect: KL002
-RUN conda run -n base --no-capture-output pip install requests
+RUN conda run -n base --no-capture-output pip install pandas
 USER 1000:1000

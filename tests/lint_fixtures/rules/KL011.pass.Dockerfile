@@ -1,5 +1,5 @@
 FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel AS build
-ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX" FORCE_CUDA=1
 RUN --mount=type=cache,target=/root/.cache/pip \
     MAX_JOBS=8 pip install --no-build-isolation "git+https://github.com/facebookresearch/pytorch3d.git@v0.7.8"
 
