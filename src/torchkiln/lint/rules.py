@@ -351,6 +351,17 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
             if inst.tool in ("pip", "uv") and (_small_download(inst) or _light_source_trees(inst)):
                 # a few MB, unless the same RUN's other installs leave a cache in this layer too
                 if not any(o is not inst and _leaves_real_cache(ctx, step, o) for o in step.installs):
+                    if _pip_self_upgrade(inst) and _ngc_pip_cache(ctx.df.base_image(step.stage)) != "off":
+                        size = sum(_SMALL_WHEELS_MB[n] for n in inst.names)
+                        yield Hit(
+                            inst.line,
+                            f"{_tool_label(inst)} in {_stage_label(step.stage)} upgrades pip itself without "
+                            f"--no-cache-dir: the wheels it downloads (~{size:.0f} MB) stay in pip's cache in this "
+                            "layer; small, reported as info for an image kept free of caches",
+                            fix=f"Pass {_CACHES[inst.tool].no_cache_flag}, or mount the cache.",
+                            stage=step.stage.label,
+                            severity="info",
+                        )
                     continue
             if inst.tool == "poetry" and _poetry_deps_already_installed(ctx, step, inst):
                 continue
@@ -531,6 +542,11 @@ def _leaves_real_cache(ctx: Context, step: Step, inst: Install) -> bool:
         _small_download(inst) or _light_source_trees(inst) or _local_only(inst) or _downloads_nothing_cached(inst)
         or _already_satisfied(ctx, step, inst) or _pip_config_disables_cache(ctx, step, inst)
     )
+
+
+def _pip_self_upgrade(inst: Install) -> bool:
+    """`pip install -U pip [setuptools wheel]`: pip upgrading its own tooling."""
+    return inst.tool == "pip" and "pip" in inst.names and inst.names <= {"pip", "setuptools", "wheel"}
 
 
 def _small_download(inst: Install) -> bool:
