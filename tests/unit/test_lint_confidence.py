@@ -16,10 +16,14 @@ def _find(text: str, rule: str) -> list[tuple[int, str, str]]:
 
 
 def test_ngc_pip_cache_by_release() -> None:
-    known = _find("FROM nvcr.io/nvidia/pytorch:23.08-py3\nRUN pip install transformers\n", "KL002")
-    unknown = _find("FROM nvcr.io/nvidia/pytorch:22.12-py3\nRUN pip install transformers\n", "KL002")
-    assert known == []
-    assert [s for _, s, _ in unknown] == ["info"] and "pip config debug" in unknown[0][2]
+    # 22.02-24.08 ship nvidia-pyindex's pip.conf (no-cache-dir = true); 25.01 onwards none
+    for off in ("22.02", "22.12", "23.08", "24.05", "24.08"):
+        assert _find(f"FROM nvcr.io/nvidia/pytorch:{off}-py3\nRUN pip install transformers\n", "KL002") == []
+    for unsure in ("21.08", "24.10"):
+        unknown = _find(f"FROM nvcr.io/nvidia/pytorch:{unsure}-py3\nRUN pip install transformers\n", "KL002")
+        assert [s for _, s, _ in unknown] == ["info"] and "pip config debug" in unknown[0][2]
+    caches = _find("FROM nvcr.io/nvidia/pytorch:25.01-py3\nRUN pip install transformers\n", "KL002")
+    assert [s for _, s, _ in caches] == ["warning"]
     # uv does not read pip's configuration: on any NGC release its cache is uv's business
     uv = _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN UV_LINK_MODE=copy uv pip install --system transformers\n", "KL002")
     assert [s for _, s, _ in uv] == ["warning"]
@@ -104,3 +108,21 @@ def test_backslash_with_trailing_blanks_continues_like_buildkit() -> None:
     sn = d.snippet(run)
     assert sn is not None
     assert [c.argv for c in commands(sn)] == [("pip", "install", "--no-cache-dir", "numpy", "requests")]
+
+
+def test_small_installs_are_info_with_their_size_large_ones_warnings() -> None:
+    small = _find("FROM python:3.11-slim\nRUN pip install ninja packaging\n", "KL002")
+    assert [(ln, s) for ln, s, _ in small] == [(2, "info")] and "~1 MB" in small[0][2]
+    upgrade = _find("FROM python:3.11-slim\nRUN pip install -U pip setuptools wheel && pip install scipy\n", "KL002")
+    assert [s for _, s, _ in upgrade] == ["info", "warning"] and "upgrades pip itself" in upgrade[0][2]
+    # a package of the table with extras, or next to a requirements file, is no small install
+    assert [s for _, s, _ in _find('FROM python:3.11-slim\nRUN pip install "requests[socks]"\n', "KL002")] == ["warning"]
+    assert [s for _, s, _ in _find("FROM python:3.11-slim\nRUN pip install ninja -r req.txt\n", "KL002")] == ["warning"]
+    # on an NGC release whose pip keeps no cache, nothing at all
+    assert _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN pip install -U pip\n", "KL002") == []
+
+
+def test_bare_packages_a_pytorch_image_has_are_already_satisfied() -> None:
+    base = "FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime\n"
+    assert _find(base + "RUN pip install numpy pillow\n", "KL002") == []
+    assert [s for _, s, _ in _find(base + "RUN pip install -U numpy\n", "KL002")] == ["warning"]

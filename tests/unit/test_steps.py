@@ -134,7 +134,7 @@ def test_app_expose_entrypoint_healthcheck() -> None:
 
 
 def test_a_step_that_keeps_a_pip_cache_or_replaces_torch_is_reported() -> None:
-    plan = _plan(steps=[_step("system", "pip install requests"), _step("packages", "uv pip install torch==2.4.0")])
+    plan = _plan(steps=[_step("system", "pip install transformers"), _step("packages", "uv pip install torch==2.4.0")])
     found = review_steps(plan)
     rules = {(f.step.index, f.rule.split()[0]) for f in found}
     assert (1, "KL002") in rules and (2, "torch-replaced") in rules
@@ -226,7 +226,7 @@ def test_resolve_explain_and_build_show_the_step_findings(tmp_path: Path, capsys
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     spec = tmp_path / "kiln.toml"
     spec.write_text('[image]\nname = "acme/x"\n[torch]\nversion = "2.13.0"\ncuda = "cpu"\n'
-                    '[[steps]]\nafter = "system"\nrun = "pip install requests"\n')
+                    '[[steps]]\nafter = "system"\nrun = "pip install transformers"\n')
     assert main(["resolve", str(spec)]) == 0
     assert "[[steps]] 1 (system): KL002" in capsys.readouterr().out
     assert main(["explain", str(spec), "--json"]) == 0

@@ -348,21 +348,22 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                 continue
             if inst.tool == "pip" and (_downloads_nothing_cached(inst) or _already_satisfied(ctx, step, inst)):
                 continue
-            if inst.tool in ("pip", "uv") and (_small_download(inst) or _light_source_trees(inst)):
-                # a few MB, unless the same RUN's other installs leave a cache in this layer too
-                if not any(o is not inst and _leaves_real_cache(ctx, step, o) for o in step.installs):
-                    if _pip_self_upgrade(inst) and _ngc_pip_cache(ctx.df.base_image(step.stage)) != "off":
-                        size = sum(_SMALL_WHEELS_MB[n] for n in inst.names)
-                        yield Hit(
-                            inst.line,
-                            f"{_tool_label(inst)} in {_stage_label(step.stage)} upgrades pip itself without "
-                            f"--no-cache-dir: the wheels it downloads (~{size:.0f} MB) stay in pip's cache in this "
-                            "layer; small, reported as info for an image kept free of caches",
-                            fix=f"Pass {_CACHES[inst.tool].no_cache_flag}, or mount the cache.",
-                            stage=step.stage.label,
-                            severity="info",
-                        )
-                    continue
+            if inst.tool in ("pip", "uv") and _light_source_trees(inst):
+                continue  # nothing but build isolation's setuptools/wheel (~1-2 MB) is downloaded
+            if inst.tool in ("pip", "uv") and _small_download(inst):
+                if _ngc_pip_cache(ctx.df.base_image(step.stage)) != "off":
+                    size = max(1, round(_download_mb(inst)))
+                    what = "upgrades pip itself" if _pip_self_upgrade(inst) else "installs only small packages"
+                    yield Hit(
+                        inst.line,
+                        f"{_tool_label(inst)} in {_stage_label(step.stage)} {what} without "
+                        f"{_CACHES[inst.tool].no_cache_flag}: their wheels (~{size} MB) stay in its cache in this "
+                        "layer; small next to an image of GBs, so info (for an image kept free of caches)",
+                        fix=f"Pass {_CACHES[inst.tool].no_cache_flag}, or mount the cache.",
+                        stage=step.stage.label,
+                        severity="info",
+                    )
+                continue
             if inst.tool == "poetry" and _poetry_deps_already_installed(ctx, step, inst):
                 continue
             tool, cache = _tool_label(inst), _CACHES[inst.tool]
@@ -404,8 +405,8 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                 yield Hit(
                     inst.line,
                     f"{tool} in {where} may keep its download cache in a layer of the final image: NGC PyTorch "
-                    "images ship a global pip configuration with no-cache-dir = true in the releases where it "
-                    "was checked (23.08, pypa/pip#12278; 23.12), not confirmed for "
+                    "images from 22.02 to 24.08 ship a global pip configuration with no-cache-dir = true "
+                    "(nvidia-pyindex's; 23.08: pypa/pip#12278) and 25.01 onwards none, not confirmed for "
                     f"{ctx.df.base_image(step.stage)}, and the Dockerfile cannot tell. Run "
                     "`pip config debug` in the image: if no file sets no-cache-dir, the cache stays",
                     fix=fix,
@@ -421,22 +422,31 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
             )
 
 
-#: NGC PyTorch releases whose image is known to ship a global pip configuration with
-#: `no-cache-dir = true` (so pip keeps no cache): 23.08 (/etc/xdg/pip/pip.conf, pypa/pip#12278) and
-#: 23.12 (issue 29: the image's pip configuration); the releases between them are the same line.
-#: Other releases are not confirmed either way.
-_NGC_PIP_NO_CACHE = ("23.08", "23.12")
+#: NGC PyTorch releases whose image ships nvidia-pyindex's global pip configuration, which sets
+#: `no-cache-dir = true` beside `extra-index-url = https://pypi.ngc.nvidia.com` (the code that writes
+#: it: NVIDIA/tensorflow#98), so pip keeps no cache. Seen per release: 23.08 /etc/xdg/pip/pip.conf
+#: with no-cache-dir = true (pypa/pip#12278); pip printing "Looking in indexes: https://pypi.org/simple,
+#: https://pypi.ngc.nvidia.com" inside 22.02 (its banner), 23.04 (NVIDIA/TransformerEngine#69),
+#: 23.10 (vllm-project/vllm#2021), 24.04 (torch ...nv24.4) and 24.08 (the tag): the releases between
+#: are the same line. From 25.01 (Ubuntu 24.04, Python 3.12) pip shows no extra index (a log with torch
+#: ...nv25.1), and the 25.10 image's history writes no pip.conf: there pip keeps its cache. Releases
+#: before 22.02 and 24.09-24.12 are not confirmed either way (research notes: docs/lint.md, KL002).
+_NGC_PIP_NO_CACHE = ("22.02", "24.08")
+_NGC_PIP_CACHES_FROM = "25.01"
 _NGC_RELEASE = re.compile(r":(\d\d\.\d\d)(?:-|$)")
 
 
-def _ngc_pip_cache(base: str | None) -> Literal["off", "unknown"] | None:
-    """On an NGC PyTorch base: "off" when the release is known to turn pip's cache off in its
-    global configuration, "unknown" otherwise; None when the base is not NGC PyTorch."""
+def _ngc_pip_cache(base: str | None) -> Literal["off", "on", "unknown"] | None:
+    """On an NGC PyTorch base: "off" when the release's global pip configuration turns the cache
+    off, "on" when the release is known to ship none, "unknown" otherwise; None when the base is not
+    NGC PyTorch."""
     if base is None or not NGC_PYTORCH.match(base):
         return None
     m = _NGC_RELEASE.search(base)
     if m and _NGC_PIP_NO_CACHE[0] <= m.group(1) <= _NGC_PIP_NO_CACHE[1]:
         return "off"
+    if m and m.group(1) >= _NGC_PIP_CACHES_FROM:
+        return "on"
     return "unknown"
 
 
@@ -474,6 +484,9 @@ def _downloads_nothing_cached(inst: Install) -> bool:
     return all(r.kind in ("path", "vcs", "wheel") and not r.text.startswith(("http://", "https://")) for r in inst.reqs)
 
 
+_PYTORCH_IMAGE = re.compile(r"^(docker\.io/)?pytorch/pytorch(:|$)")
+
+
 def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
     """`pip install setuptools` (bare names, no -U / --force-reinstall / -I) of packages pip already
     has: pip itself always, setuptools and wheel when the stage chain apt-installed python3-pip
@@ -492,6 +505,10 @@ def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
         have |= {"torch", "setuptools"}
         if NGC_PYTORCH.match(base or "") or "l4t-pytorch" in (base or ""):
             have.add("numpy")
+        if _PYTORCH_IMAGE.match(base or ""):
+            # pytorch/pytorch's conda environment: `conda install python cmake pyyaml numpy ipython`,
+            # then torch, torchvision (which brings pillow) and torchaudio (pytorch/pytorch Dockerfile)
+            have |= {"numpy", "pyyaml", "ipython", "torchvision", "torchaudio", "pillow"}
     chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
         if st.stage.index in chain and st.ins.line <= step.ins.line:
@@ -534,33 +551,37 @@ _LIGHT_TREES = frozenset(
 )  # fmt: skip
 
 
-def _leaves_real_cache(ctx: Context, step: Step, inst: Install) -> bool:
-    """A pip/uv install of this RUN that KL002 reports at warning on its own account."""
-    if inst.tool != "pip" or inst.sub != "install" or _cache_ok(inst, step):
-        return False
-    return not (
-        _small_download(inst) or _light_source_trees(inst) or _local_only(inst) or _downloads_nothing_cached(inst)
-        or _already_satisfied(ctx, step, inst) or _pip_config_disables_cache(ctx, step, inst)
-    )
-
-
 def _pip_self_upgrade(inst: Install) -> bool:
     """`pip install -U pip [setuptools wheel]`: pip upgrading its own tooling."""
     return inst.tool == "pip" and "pip" in inst.names and inst.names <= {"pip", "setuptools", "wheel"}
 
 
+#: installers and build tools installed on their own (their wheels with dependencies, MB): a cache of
+#: one of these is one wheel of 1-25 MB next to an image of GBs
+_TOOL_WHEELS_MB: dict[str, float] = {
+    "uv": 15, "poetry": 15, "pipx": 1, "virtualenv": 5, "pdm": 5, "hatch": 5, "cmake": 25, "scikit-build": 0.1,
+    "meson": 1, "meson-python": 0.1,
+}  # fmt: skip
+
+
 def _small_download(inst: Install) -> bool:
-    """Every requirement is a bare name from `_SMALL_WHEELS_MB` (a version pin or range allowed, no
-    extras) and together they are at most `_SMALL_INSTALL_MB`: `pip install --upgrade pip
-    setuptools wheel`, `pip install ninja packaging`. No requirements or constraints files."""
+    """Every requirement is a bare name (a version pin or range allowed, no extras) from
+    `_SMALL_WHEELS_MB`, together at most `_SMALL_INSTALL_MB`, or from `_TOOL_WHEELS_MB`: `pip install
+    --upgrade pip setuptools wheel`, `pip install ninja packaging`, `pip install uv`. No requirements
+    or constraints files."""
     if not inst.reqs or inst.has("--requirement", "--constraint", "--editable"):
         return False
     total = 0.0
     for r in inst.reqs:
-        if r.kind != "name" or r.name not in _SMALL_WHEELS_MB or "[" in r.text:
+        if r.kind != "name" or "[" in r.text or not (r.name in _SMALL_WHEELS_MB or r.name in _TOOL_WHEELS_MB):
             return False
-        total += _SMALL_WHEELS_MB[r.name]
+        total += _SMALL_WHEELS_MB.get(r.name or "", 0.0)
     return total <= _SMALL_INSTALL_MB
+
+
+def _download_mb(inst: Install) -> float:
+    """The estimated download of a `_small_download` install."""
+    return sum(_SMALL_WHEELS_MB.get(n, 0.0) + _TOOL_WHEELS_MB.get(n, 0.0) for n in inst.names)
 
 
 def _light_source_trees(inst: Install) -> bool:
@@ -646,6 +667,8 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
         if any(t.rstrip("/") in ("/var/lib/apt", "/var/lib/apt/lists") for t in step.cache_targets()):
             continue
         if not any(_removes(cmd, "/var/lib/apt/lists") for cmd, _, _ in step.commands):
+            # the explicit `apt-get update` is the line to name when the RUN has one
+            updates.sort(key=lambda c: c.name == "add-apt-repository")
             what = (
                 "add-apt-repository (which refreshes the package lists itself unless given -n)"
                 if updates[0].name == "add-apt-repository"
@@ -746,6 +769,8 @@ def _is_dependency_install(inst: Install, tools_before: set[str], names_before: 
         return False
     if inst.has("--requirement"):
         return True
+    if _small_download(inst):
+        return False  # `pip install -U pip wheel`, a protobuf pin: reinstalling a few MB costs nothing
     for r in inst.reqs:
         if r.kind == "wheel" and not re.match(r"^[a-z]+://", r.text):
             continue  # a local wheel, built from the copied code (`pip install dist/*.whl`): the project itself
@@ -890,6 +915,8 @@ def secrets_in_arg_env(ctx: Context) -> Iterator[Hit]:
         return
     for ins in ctx.df.instructions():
         for name, value in _defined_pairs(ins):
+            if ins.keyword == "ENV" and value is not None and value.strip().strip("\"'") == "":
+                continue  # `ENV OPENAI_API_KEY=""`: an empty placeholder set at run time, no secret stored
             if secret_name(name) and not _flag_value(value):
                 yield Hit(ins.line, f"{ins.keyword} {name} looks like a secret and is stored in the image")
                 continue

@@ -76,9 +76,31 @@ def _conda_installs(step: Step) -> list[Command]:
         argv = list(cmd.argv)
         if prog not in _CONDA or len(argv) < 2:
             continue
+        if argv[1] == "create" and not _conda_create_specs(argv[2:]):
+            continue  # `conda create -n env` with no packages makes an empty environment: nothing downloaded
         if argv[1] in ("install", "create", "update", "upgrade") or argv[1:3] in (["env", "create"], ["env", "update"]):
             out.append(cmd)
     return out
+
+
+#: conda create options that take a value (conda docs, 'conda create')
+_CONDA_VALUE_OPTS = frozenset({"-n", "--name", "-p", "--prefix", "-c", "--channel", "--subdir", "--platform"})
+
+
+def _conda_create_specs(args: list[str]) -> bool:
+    """`conda create` names something to install: a package spec, `--file`, or `--clone`."""
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in _CONDA_VALUE_OPTS:
+            skip = True
+        elif a.startswith(("--file", "--clone")) or a == "-f":
+            return True
+        elif not a.startswith("-"):
+            return True
+    return False
 
 
 def _cleans_conda(cmd: Command) -> bool:

@@ -1,5 +1,5 @@
 # A training image on NGC: reinstalls torch and builds apex with the image's preset arch list.
-FROM nvcr.io/nvidia/pytorch:24.05-py3
+FROM nvcr.io/nvidia/pytorch:25.01-py3
 
 # expect: KL002, KL013
 RUN pip install --upgrade torch==2.5.1 torchvision==0.20.1
