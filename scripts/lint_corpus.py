@@ -211,9 +211,13 @@ SPLIT_ROUND = {
     "heldout3": "the rule changes of the round after the second judge (2026-11-28)",
     "heldout4": "the rule changes of session 9 (2026-11-28: KL002 on uv and local wheels, KL040, and the "
                 "fixes for the false findings its judges found)",
-    "heldout5": "the rule changes of session 10 (2026-12-01: KL002 on installs of a few MB and on extension "
-                "trees with no dependencies, KL008 on FORCE_CUDA-gated and kaolin builds, KL012 only where "
-                "it shows a failure); its judges judged every finding of the rules before and after them",
+    "heldout5": "the first round of session 10's rule changes (2026-12-01: KL002 on installs of a few MB and "
+                "on extension trees with no dependencies, KL008 on FORCE_CUDA-gated and kaolin builds, KL012 "
+                "only where it shows a failure); its judges judged every finding of the rules before and after "
+                "that round, and the second round was then made with its verdicts in view",
+    "heldout6": "the second round of session 10's rule changes (2026-12-01: NGC pip configuration by release, "
+                "small installs at info, KL004/KL006/KL031 fixes); its judges judged every finding of the rules "
+                "at the session's start, after the first round and after the second",
 }
 
 
