@@ -401,6 +401,17 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                         severity="info",
                     )
                 continue
+            if inst.tool == "pip" and ctx.df.base_image(step.stage) is None and _unknown_base(ctx, step):
+                yield Hit(
+                    inst.line,
+                    f"{tool} in {where} may keep its download cache in a layer of the final image: the base "
+                    f"image is a build argument with no default ({_unknown_base(ctx, step)}), so whether it turns "
+                    "pip's cache off (PIP_NO_CACHE_DIR, a pip.conf) the Dockerfile cannot show",
+                    fix=fix,
+                    stage=step.stage.label,
+                    severity="info",
+                )
+                continue
             if ngc == "unknown":
                 yield Hit(
                     inst.line,
@@ -448,6 +459,14 @@ def _ngc_pip_cache(base: str | None) -> Literal["off", "on", "unknown"] | None:
     if m and m.group(1) >= _NGC_PIP_CACHES_FROM:
         return "on"
     return "unknown"
+
+
+def _unknown_base(ctx: Context, step: Step) -> str | None:
+    """The `FROM` text of the stage chain's root when it is a build argument with no default
+    (`ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`): an image the file does not name."""
+    assert ctx.df is not None
+    root = ctx.df.chain(step.stage)[0]
+    return root.image if root.resolved_image is None and "$" in (root.image or "") else None
 
 
 def _uv_copies(inst: Install, step: Step) -> bool:
@@ -666,17 +685,28 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
             continue
         if any(t.rstrip("/") in ("/var/lib/apt", "/var/lib/apt/lists") for t in step.cache_targets()):
             continue
-        if not any(_removes(cmd, "/var/lib/apt/lists") for cmd, _, _ in step.commands):
-            # the explicit `apt-get update` is the line to name when the RUN has one
-            updates.sort(key=lambda c: c.name == "add-apt-repository")
+        cmds = [cmd for cmd, _, _ in step.commands]
+        last = max(cmds.index(u) for u in updates)
+        # the removal has to come after the last refresh: `rm -rf /var/lib/apt/lists/*` followed by
+        # `add-apt-repository ppa:...` (which runs apt update) leaves fresh lists in the layer
+        if not any(_removes(cmd, "/var/lib/apt/lists") for cmd in cmds[last + 1 :]):
+            removed_at = [i for i, cmd in enumerate(cmds[:last]) if _removes(cmd, "/var/lib/apt/lists")]
+            if removed_at:
+                # removed, then refreshed again: name the refresh that comes after the removal
+                culprit = next(u for u in updates if cmds.index(u) > removed_at[-1])
+                after = " after the RUN removed them"
+            else:
+                # the explicit `apt-get update` is the line to name when the RUN has one
+                culprit = sorted(updates, key=lambda c: c.name == "add-apt-repository")[0]
+                after = ""
             what = (
                 "add-apt-repository (which refreshes the package lists itself unless given -n)"
-                if updates[0].name == "add-apt-repository"
+                if culprit.name == "add-apt-repository"
                 else "apt-get update"
             )
             yield Hit(
-                updates[0].line,
-                f"{what} in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer",
+                culprit.line,
+                f"{what} in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer{after}",
                 stage=step.stage.label,
             )
 

@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from torchkiln.lint.context import Context, Step, base_ships_torch
 from torchkiln.lint.model import Stage
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
-from torchkiln.lint.shell import Command, Install, commands, swallowing_comments
+from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
 # ---------------------------------------------------------------------------------------------
 # KL030: a comment inside a continued RUN swallows the lines after it
@@ -557,7 +557,10 @@ def missing_separator(ctx: Context) -> Iterator[Hit]:
             argv = cmd.argv
             if len(argv) < 4 or cmd.name not in _TOOLS:
                 continue
-            for i in range(2, len(argv) - 1):
+            # options before the first word are the tool's own global options (`uv --managed-python pip
+            # install`, `pip --no-cache-dir install`): that first word is its subcommand, not a second command
+            first = 1 + (uv_global_options(list(argv[1:])) if cmd.name == "uv" else 0)
+            for i in range(max(2, first + 1), len(argv) - 1):
                 if argv[i] in _TOOLS and argv[i + 1] in _VERBS and not cmd.words[i].quoted:
                     yield Hit(
                         sn.file_line(cmd.words[i].index),

@@ -484,6 +484,22 @@ class Install:
         return {r.name for r in self.reqs if r.name}
 
 
+#: uv's global options that take a value (uv CLI reference, "Global options"); the others are flags
+_UV_GLOBAL_VALUE_OPTS = frozenset(
+    {"--directory", "--project", "--cache-dir", "--config-file", "--color", "--python-preference",
+     "--allow-insecure-host", "--trusted-host"}
+)  # fmt: skip
+
+
+def uv_global_options(args: list[str]) -> int:
+    """How many of ``args`` (uv's arguments) are global options before the subcommand:
+    `uv --managed-python pip install`, `uv -q --no-cache sync`, `uv --directory /app sync`."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in _UV_GLOBAL_VALUE_OPTS else 1
+    return min(i, len(args))
+
+
 def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
     """Recognize a package install/build command; None for anything else."""
     argv = list(cmd.argv)
@@ -528,7 +544,7 @@ def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
         opts, pos = _opts(argv[2:])
         return Install("pip", "install", cmd, opts, _reqs(opts, pos), env)
     if prog == "uv":
-        rest = argv[1:]
+        rest = argv[1 + uv_global_options(argv[1:]) :]
         if rest[:2] in (["pip", "install"], ["pip", "sync"]):
             opts, pos = _opts(rest[2:])
             return Install("uv", rest[1], cmd, _uv_aliases(opts), _reqs(opts, pos), env)
