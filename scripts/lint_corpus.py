@@ -218,6 +218,9 @@ SPLIT_ROUND = {
     "heldout6": "the second round of session 10's rule changes (2026-12-01: NGC pip configuration by release, "
                 "small installs at info, KL004/KL006/KL031 fixes); its judges judged every finding of the rules "
                 "at the session's start, after the first round and after the second",
+    "heldout7": "the third round of session 10's rule changes (2026-12-01: uv's global options, a base image "
+                "that is a build argument, apt lists refreshed after their removal); its judges judged every "
+                "finding of the rules at the session's start, after the second round and after the third",
 }
 
 

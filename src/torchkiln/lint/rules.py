@@ -300,6 +300,10 @@ def _pip_config_disables_cache(ctx: Context, step: Step, inst: Install) -> bool:
     (`pip config set global.cache-dir false` does not: the cache goes to a folder named 'false',
     apache/tvm#9862.)"""
     assert ctx.df is not None
+    if any("nvidia-pyindex" in other.names for other in _installs_before(ctx, step, inst)):
+        # nvidia-pyindex writes a global pip configuration with `no-cache-dir = true` when it is
+        # installed (the code that writes it is quoted in NVIDIA/tensorflow#98)
+        return True
     chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
         if st.stage.index not in chain or st.ins.line > step.ins.line:
