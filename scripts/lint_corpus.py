@@ -81,7 +81,11 @@ def lint_corpus(files: list[Path]) -> tuple[dict[Key, str], float, float]:
     cpu0 = time.process_time() + _children_cpu()
     t0 = time.perf_counter()
     for f in files:
-        for finding in lint_source(read_source(f, "dockerfile", f.name), config):
+        try:
+            source = read_source(f, "dockerfile", f.name)
+        except InputError:
+            continue  # not a valid Dockerfile: kiln's input error, no findings (split_report lists them)
+        for finding in lint_source(source, config):
             out[(f.name, finding.line, finding.rule)] = finding.message
     wall = time.perf_counter() - t0
     cpu = time.process_time() + _children_cpu() - cpu0
@@ -363,6 +367,42 @@ def replace_block(doc: Path, block: str, start: str = START, end: str = END) -> 
     doc.write_text(f"{head}{start}\n{block}{end}{tail}", encoding="utf-8")
 
 
+#: true verdicts the rules no longer report on purpose, each with the reason (file, line, rule, why)
+OVERTURNED = CORPUS_DIR / "overturned.tsv"
+
+
+def lost_report(corpus: Path) -> int:
+    """No rule loses a true finding: for every split (manifest.tsv, heldout*.tsv) whose files are in
+    ``corpus``, the `true` verdicts whose (file, line, rule) kiln no longer reports. Those listed in
+    overturned.tsv (a verdict later evidence overturned, or a finding that moved) are shown apart;
+    any other makes the exit status 1."""
+    known = {(r["file"], int(r["line"]), r["rule"]): r["why"] for r in read_tsv(OVERTURNED)}
+    status = 0
+    names = ["manifest", "heldout"] + sorted(
+        p.stem for p in CORPUS_DIR.glob("heldout*.tsv") if p.stem[len("heldout"):].isdigit()
+    )
+    for name in names:
+        rows = read_tsv(CORPUS_DIR / f"{name}.tsv")
+        files = [corpus / r["file"] for r in rows if (corpus / r["file"]).is_file()]
+        if not files:
+            print(f"{name}: none of its {len(rows)} files is in {corpus}")
+            continue
+        have = {f.name for f in files}
+        found, _, _ = lint_corpus(files)
+        verdicts = CORPUS_DIR / ("verdicts.tsv" if name == "manifest" else f"{name}-verdicts.tsv")
+        rows_v = read_tsv(verdicts) + (read_tsv(CORPUS_DIR / f"{name}-after-verdicts.tsv")
+                                       if (CORPUS_DIR / f"{name}-after-verdicts.tsv").is_file() else [])
+        true = {(r["file"], int(r["line"]), r["rule"]) for r in rows_v if r["verdict"] == "true" and r["file"] in have}
+        lost = sorted(true - set(found))
+        unexplained = [k for k in lost if k not in known]
+        print(f"{name}: {len(files)} of {len(rows)} files, {len(true)} true verdicts, {len(lost)} no longer reported "
+              f"({len(lost) - len(unexplained)} in overturned.tsv)")
+        for k in lost:
+            print(f"  {'overturned' if k in known else 'LOST'} {k[0]}:{k[1]} {k[2]}" + (f"  ({known[k]})" if k in known else ""))
+        status |= bool(unexplained)
+    return status
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("corpus", type=Path, help="the folder holding the manifest's files")
@@ -371,10 +411,16 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print kiln's findings with their verdicts as JSON")
     ap.add_argument("--heldout", action="store_true", help="measure the held-out set (heldout.tsv) instead")
     ap.add_argument("--split", metavar="NAME", help="measure docs/lint-corpus/NAME.tsv (e.g. heldout2) instead")
+    ap.add_argument(
+        "--lost", action="store_true",
+        help="every split: list the true verdicts the rules no longer report (CORPUS holds the files of any splits)",
+    )
     args = ap.parse_args()
     manifest_path, verdicts_path = (HELDOUT, HELDOUT_VERDICTS) if args.heldout else (MANIFEST, VERDICTS)
     if args.split:
         manifest_path, verdicts_path = CORPUS_DIR / f"{args.split}.tsv", CORPUS_DIR / f"{args.split}-verdicts.tsv"
+    if args.lost:
+        return lost_report(args.corpus)
     if args.json:
         manifest = read_tsv(manifest_path)
         found, _, _ = lint_corpus([args.corpus / r["file"] for r in manifest])

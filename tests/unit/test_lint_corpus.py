@@ -144,3 +144,19 @@ def test_heldout3_split_is_fixed_before_the_changes_judged_and_measured() -> Non
     block = doc.split("<!-- lint_heldout3:start", 1)[1].split("<!-- lint_heldout3:end -->", 1)[0]
     assert f"{len(rows)} public ML/CUDA Dockerfiles" in block
     assert "Before the changes: **97 findings" in block
+
+
+def test_overturned_verdicts_name_a_true_verdict_a_rule_and_a_reason() -> None:
+    """Every entry of overturned.tsv (a true verdict the rules no longer report on purpose) names a real
+    rule, a verdict that exists and is true, and why."""
+    verdicts: dict[tuple[str, str, str], str] = {}
+    for name in ["verdicts.tsv", *(p.name for p in CORPUS.glob("heldout*verdicts.tsv"))]:
+        for r in _rows(name):
+            if not r["file"].startswith("#"):
+                verdicts[(r["file"], r["line"], r["rule"])] = r["verdict"]
+    rows = [r for r in _rows("overturned.tsv") if not r["file"].startswith("#")]
+    assert rows
+    for r in rows:
+        assert r["rule"] in RULES, r
+        assert verdicts.get((r["file"], r["line"], r["rule"])) == "true", r
+        assert len(r["why"]) > 20, r
