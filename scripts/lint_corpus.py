@@ -32,8 +32,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from torchkiln.lint import LintConfig, lint_source, ordered_rules, read_source
 from torchkiln.errors import InputError
+from torchkiln.lint import LintConfig, lint_source, ordered_rules, read_source
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -398,7 +398,8 @@ def lost_report(corpus: Path) -> int:
         print(f"{name}: {len(files)} of {len(rows)} files, {len(true)} true verdicts, {len(lost)} no longer reported "
               f"({len(lost) - len(unexplained)} in overturned.tsv)")
         for k in lost:
-            print(f"  {'overturned' if k in known else 'LOST'} {k[0]}:{k[1]} {k[2]}" + (f"  ({known[k]})" if k in known else ""))
+            why = f"  ({known[k]})" if k in known else ""
+            print(f"  {'overturned' if k in known else 'LOST'} {k[0]}:{k[1]} {k[2]}{why}")
         status |= bool(unexplained)
     return status
 
