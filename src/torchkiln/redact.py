@@ -51,7 +51,9 @@ def _password(m: re.Match[str]) -> str:
     password = m.group("password")
     if password == MASK or re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", password):
         return m.group(0)
-    return f"{m.group('user')}:{MASK}@"
+    # the user name goes the way of a URL's: kept when plain, masked when it may be a token itself
+    user = m.group("user")
+    return f"{user if not user or _PLAIN_USER.match(user) else MASK}:{MASK}@"
 
 
 def redact(text: str) -> str:
