@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import Context, Step, base_ships_torch
-from torchkiln.lint.model import Stage
+from torchkiln.lint.model import Stage, arg_pairs, env_pairs
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
@@ -1007,3 +1007,72 @@ def _torch_pin_before(ctx: Context, chain: set[int], line: int) -> str | None:
                 if inst.line < line and inst.tool in ("pip", "uv") and "torch" in inst.names:
                     pin = _torch_pin(inst) or pin
     return pin
+
+
+# ---------------------------------------------------------------------------------------------
+# KL043: an ARG declared only before the first FROM, used inside a stage
+
+#: variables a base image usually sets itself (ENV of nvidia/cuda, NGC, python, conda images) or the
+#: shell has: a stage that reads one of these reads the base's value, not the global ARG's
+_BASE_ENV = re.compile(
+    r"^(PATH|HOME|USER|PWD|SHELL|HOSTNAME|LANG|LANGUAGE|LC_\w+|TERM|TZ|DEBIAN_FRONTEND|LD_\w+|LIBRARY_PATH"
+    r"|CPATH|PKG_CONFIG_PATH|CUDA\w*|CUDNN\w*|NCCL\w*|NV_\w+|NVIDIA_\w+|NVARCH|TENSORRT\w*|TRT_\w+|PYTHON\w*"
+    r"|PIP_\w+|GPG_KEY|PYTORCH\w*|TORCH_\w+|CONDA\w*|MAMBA\w*|MKL\w*|OMPI\w*|OPAL\w*|UCX\w*|HPCX\w*|JAVA_HOME)$"
+)
+_VAR_USE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@rule(
+    "KL043",
+    "global-arg-not-redeclared",
+    "warning",
+    "An ARG declared only before the first FROM is used inside a stage, where it is empty",
+    why=(
+        "An ARG before the first FROM is in the global scope: FROM lines can use it, but a build stage "
+        "does not see it until the stage declares it again (`ARG NAME` with no value takes the global "
+        "default). Without that, `${NAME}` in the stage's RUN, ENV or COPY is empty, so a pinned version "
+        "silently becomes the newest one, or a path loses a part, and the build may still succeed."
+    ),
+    source="Dockerfile reference 'Understand how ARG and FROM interact'; BuildKit check UndefinedVar",
+    fix="Declare the argument again inside the stage (`ARG NAME` after its FROM), or use ENV.",
+)
+def global_arg_not_redeclared(ctx: Context) -> Iterator[Hit]:
+    df = ctx.df
+    if df is None:
+        return
+    globals_ = {k: v for k, v in df.global_args.items() if v and not _BASE_ENV.match(k)}
+    if not globals_:
+        return
+    for stage in ctx.final_chain:
+        declared: set[str] = set()  # ARG in this stage, or ENV in this stage or the stages it is built on
+        for anc in df.chain(stage)[:-1]:
+            declared |= {k for ins in anc.instructions if ins.keyword == "ENV" for k, _ in env_pairs(ins)}
+        for ins in stage.instructions:
+            if ins.keyword == "ARG":
+                declared |= {k for k, _ in arg_pairs(ins)}
+                continue
+            if ins.keyword == "ENV":
+                text = " ".join(v for _, v in env_pairs(ins))
+            elif ins.keyword in ("RUN", "COPY", "ADD", "WORKDIR", "USER", "LABEL", "EXPOSE", "VOLUME"):
+                text = " ".join(ins.args) + "".join(h.content for h in ins.heredocs)
+            else:
+                continue
+            for name in dict.fromkeys(m.group(1) for m in _VAR_USE.finditer(text)):
+                if name not in globals_ or name in declared:
+                    continue
+                if ins.keyword == "RUN" and re.search(
+                    rf"(^|[\s;&|(]){name}=|\bfor\s+{name}\b|\bread\b[^;&|]*\b{name}\b", text
+                ):
+                    continue  # the shell sets it itself
+                at = next((n for n in range(ins.line, ins.end_line + 1) if re.search(
+                    rf"\$\{{?{name}\b", df.lines[n - 1])), ins.line)
+                yield Hit(
+                    at,
+                    f"ARG {name} (default {globals_[name]!r}) is declared only before the first FROM: in "
+                    f"{_stage_label(stage)} `${{{name}}}` on this line is empty",
+                    fix=f"Add `ARG {name}` after the stage's FROM (it then takes the default {globals_[name]!r}).",
+                    stage=stage.label,
+                )
+                declared.add(name)  # once per stage
+            if ins.keyword == "ENV":
+                declared |= {k for k, _ in env_pairs(ins)}
