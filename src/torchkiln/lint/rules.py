@@ -1862,16 +1862,15 @@ _GENERATION_GPUS = (
 
 
 def _toolkit_newest_major(cuda: tuple[int, int]) -> int:
-    """The newest major compute capability a CUDA toolkit compiles for (NVCC documentation, 'GPU
-    feature list' of each release): 10.x sm_75, 11.0 sm_80, 11.1-11.7 sm_86, 11.8-12.7 sm_90,
-    12.8+ sm_120 (sm_100, sm_120), 13.x sm_121."""
-    if cuda < (11, 0):
-        return 7
-    if cuda < (11, 8):
-        return 8
-    if cuda < (12, 8):
-        return 9
-    return 12
+    """The newest major compute capability a CUDA toolkit compiles for: knowledge/cuda.toml's
+    `[[targets]]` rows (FEAT) from 11.7 on; the toolkits older than its first row, which the
+    resolver never needs, from the same feature lists here: 9.x and 10.x reach 7.x, 11.0-11.6 8.x."""
+    from torchkiln.knowledge import load_knowledge
+
+    reach = load_knowledge().toolkit_max_target(f"{cuda[0]}.{cuda[1]}")
+    if reach is not None:
+        return reach[1].major
+    return 7 if cuda < (11, 0) else 8
 
 
 def _file_toolkit(ctx: Context) -> tuple[int, int] | None:
