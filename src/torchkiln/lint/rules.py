@@ -405,11 +405,11 @@ def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
                         severity="info",
                     )
                 continue
-            if inst.tool == "pip" and ctx.df.base_image(step.stage) is None and _unknown_base(ctx, step):
+            if inst.tool == "pip" and (unknown := _unknown_base(ctx, step)):
                 yield Hit(
                     inst.line,
                     f"{tool} in {where} may keep its download cache in a layer of the final image: the base "
-                    f"image is a build argument with no default ({_unknown_base(ctx, step)}), so whether it turns "
+                    f"image is a build argument with no default ({unknown}), so whether it turns "
                     "pip's cache off (PIP_NO_CACHE_DIR, a pip.conf) the Dockerfile cannot show",
                     fix=fix,
                     stage=step.stage.label,
