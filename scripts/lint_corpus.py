@@ -33,7 +33,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from torchkiln.errors import InputError
-from torchkiln.lint import LintConfig, lint_source, ordered_rules, read_source
+from torchkiln.lint import Finding, LintConfig, lint_source, ordered_rules, read_source
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -74,22 +74,31 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
         return [row for row in csv.DictReader(f, delimiter="\t") if not next(iter(row.values()), "").startswith("#")]
 
 
-def lint_corpus(files: list[Path]) -> tuple[dict[Key, str], float, float]:
-    """kiln's findings (key → message), the wall time and the CPU time of linting every file."""
+def lint_files(files: list[Path]) -> tuple[dict[Key, Finding], list[str], float, float]:
+    """kiln's findings by key, the input errors of files that are not valid Dockerfiles (kiln's exit 7,
+    no findings), and the wall and CPU time of linting every file."""
     config = LintConfig()
-    out: dict[Key, str] = {}
+    out: dict[Key, Finding] = {}
+    errors: list[str] = []
     cpu0 = time.process_time() + _children_cpu()
     t0 = time.perf_counter()
     for f in files:
         try:
             source = read_source(f, "dockerfile", f.name)
-        except InputError:
-            continue  # not a valid Dockerfile: kiln's input error, no findings (split_report lists them)
+        except InputError as e:
+            errors.append(str(e))
+            continue
         for finding in lint_source(source, config):
-            out[(f.name, finding.line, finding.rule)] = finding.message
+            out[(f.name, finding.line, finding.rule)] = finding
     wall = time.perf_counter() - t0
     cpu = time.process_time() + _children_cpu() - cpu0
-    return out, wall, cpu
+    return out, errors, wall, cpu
+
+
+def lint_corpus(files: list[Path]) -> tuple[dict[Key, str], float, float]:
+    """kiln's findings (key → message), the wall time and the CPU time of linting every file."""
+    found, _errors, wall, cpu = lint_files(files)
+    return {k: f.message for k, f in found.items()}, wall, cpu
 
 
 def _children_cpu() -> float:
@@ -245,19 +254,8 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
     missing = [f.name for f in files if not f.is_file()]
     if missing:
         sys.exit(f"{len(missing)} manifest file(s) are not in {corpus}: {', '.join(missing[:5])}")
-    config = LintConfig()
-    found: dict[Key, tuple[str, str]] = {}
-    t0, cpu0 = time.perf_counter(), time.process_time() + _children_cpu()
-    input_errors: list[str] = []
-    for f in files:
-        try:
-            source = read_source(f, "dockerfile", f.name)
-        except InputError as e:  # an invalid Dockerfile: kiln's clear input error (exit 7), no findings
-            input_errors.append(str(e))
-            continue
-        for fd in lint_source(source, config):
-            found[(f.name, fd.line, fd.rule)] = (fd.severity, fd.message)
-    wall, cpu = time.perf_counter() - t0, time.process_time() + _children_cpu() - cpu0
+    findings, input_errors, wall, cpu = lint_files(files)
+    found = {k: (fd.severity, fd.message) for k, fd in findings.items()}
     baseline = {(r["file"], int(r["line"]), r["rule"]): r for r in verdict_rows if not r["why"].startswith(AFTER)}
     verdicts = {(r["file"], int(r["line"]), r["rule"]): r for r in (after_rows if after_rows is not None else verdict_rows)}
     every = list(verdict_rows) + list(after_rows or [])
