@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -230,6 +231,36 @@ def test_a_stop_signal_wrapped_by_python_is_still_an_interruption() -> None:
         found = _interruption(e)
     assert isinstance(found, Interrupted) and found.signum == 15
     assert _interruption(ValueError("plain")) is None
+
+
+def test_a_stop_signal_inside_logging_is_delivered_once_logging_has_returned() -> None:
+    """CI on Python 3.10: SIGTERM landed in logging's handler-reference weakref callback, where a raised
+    exception is printed as "Exception ignored ... Traceback" and dropped, so the stop was lost."""
+    import logging
+
+    from torchkiln.cli import _raise_interrupted
+    from torchkiln.errors import Interrupted
+
+    seen: list[bool] = []
+
+    def inside_logging() -> None:  # the frame a signal sees while logging runs (its lock held)
+        frame = sys._getframe()
+        _raise_interrupted(15, frame)  # must not raise here
+        seen.append(True)
+
+    inside_logging.__code__ = inside_logging.__code__.replace(co_filename=logging.__file__)
+    before = signal.getsignal(signal.SIGALRM)
+    try:
+        inside_logging()
+        assert seen == [True]
+        with pytest.raises(Interrupted) as stopped:
+            time.sleep(2)  # the deferred stop arrives within 20 ms
+        assert stopped.value.signum == 15
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    with pytest.raises(Interrupted):  # anywhere else it raises at once
+        _raise_interrupted(2, sys._getframe())
 
 
 def test_an_export_that_cannot_fit_is_refused_before_anything_is_saved(full_disk: Path) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+from types import FrameType
 from typing import Annotated, cast
 
 import typer
@@ -98,8 +99,32 @@ def load_commands(args: list[str]) -> None:
         importlib.import_module(f"torchkiln.cli.{name}")
 
 
-def _raise_interrupted(signum: int, _frame: object) -> None:
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    if _swallowing(frame):  # raised there, the stop would be printed as "Exception ignored" and lost:
+        # deliver it again in 20 ms, when that short piece of code has returned
+        signal.signal(signal.SIGALRM, lambda _s, f: _raise_interrupted(signum, f))
+        signal.setitimer(signal.ITIMER_REAL, 0.02)
+        return
     raise Interrupted(signum)
+
+
+def _swallowing(frame: FrameType | None) -> bool:
+    """Whether an exception raised at ``frame`` would be swallowed rather than propagate.
+
+    CPython prints and drops an exception raised in a weakref callback (``weakref.finalize`` included) or a
+    ``__del__``; the one a command meets is logging's handler-reference callback (a handler collected
+    while the signal arrives), which runs with logging's module lock held. Any frame inside ``logging``
+    counts: its critical sections are short, and raising inside one can leave the lock held.
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith(_LOGGING_FILES):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_LOGGING_FILES = (os.path.join("logging", "__init__.py"), os.path.join("logging", "handlers.py"), "weakref.py")
 
 
 #: the signals that stop a command: each raises ``Interrupted`` in the main thread, so every ``finally`` runs
@@ -113,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, _raise_interrupted)
+        previous[signal.SIGALRM] = signal.getsignal(signal.SIGALRM)  # a deferred stop (_raise_interrupted) uses it
     except ValueError:  # not the main thread (a test's worker): signals stay as they are
         pass
     try:
@@ -128,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         from torchkiln.runner import stop_children
 
         stop_children()
+        if signal.SIGALRM in previous:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # a stop still deferred (see _raise_interrupted) is moot now
         for signum, handler in previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
 
