@@ -3,5 +3,5 @@
 FROM python:3.11-slim-bookworm
 RUN pip config set global.cache-dir false
 # expect: KL002
-RUN pip install rich==13.9.4
+RUN pip install pandas==2.2.3
 USER 1000:1000

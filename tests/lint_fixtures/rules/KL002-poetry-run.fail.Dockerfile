@@ -4,5 +4,5 @@ RUN pip install --no-cache-dir poetry==1.8.3
 # expect: KL002
 RUN poetry run pip install pandas
 # expect: KL002
-RUN conda run -n base --no-capture-output pip install pandas
+RUN conda run -n base --no-capture-output pip install scipy
 USER 1000:1000

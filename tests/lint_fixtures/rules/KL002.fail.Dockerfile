@@ -6,7 +6,7 @@ RUN pip install numpy==2.1.0
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install scipy==1.14.1 \
 # expect: KL002
-    && uv pip install --system --link-mode copy rich==13.9.4
+    && uv pip install --system --link-mode copy scikit-learn==1.5.2
 # a cache folder deleted before the install runs, or a different folder deleted: still in the layer
 # expect: KL002
 RUN rm -rf /tmp/uv-cache && UV_CACHE_DIR=/tmp/uv-cache UV_LINK_MODE=copy uv pip install --system pandas==2.2.3

@@ -21,7 +21,6 @@ COPY --from=build /src/vllm /src/vllm
 # expect: KL006
 ENV HUGGING_FACE_HUB_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 \
     PATH=/opt/venv/bin:$PATH
-# expect: KL002
 RUN pip install prometheus-client==0.21.0
 EXPOSE 8000
 ENTRYPOINT ["python", "-m", "vllm.entrypoints.openai.api_server"]
