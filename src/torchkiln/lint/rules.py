@@ -2448,12 +2448,25 @@ def cuda_compat(ctx: Context) -> Iterator[Hit]:
             if cmd.name == "ldconfig" and any("/compat" in w.text and "cuda" in w.text for w in cmd.words[1:]):
                 yield Hit(cmd.line, "ldconfig registers the CUDA compat libcuda for every process",
                           stage=step.stage.label)
+    pending: list[Hit] = []
     for st in ctx.final_chain:
         for ins in st.instructions:
             if ins.keyword == "ENV":
                 for k, v in env_pairs(ins):
-                    if k == "LD_LIBRARY_PATH" and re.search(r"cuda[^:]*/compat", v):
-                        yield Hit(ins.line, "LD_LIBRARY_PATH puts the CUDA compat libcuda first", stage=st.label)
+                    if k != "LD_LIBRARY_PATH":
+                        continue
+                    if re.search(r"cuda[^:]*/compat", v):
+                        pending.append(Hit(ins.line, "LD_LIBRARY_PATH puts the CUDA compat libcuda first",
+                                           stage=st.label))
+                    elif not re.search(r"\$\{?LD_LIBRARY_PATH\b", v) or _DRIVER_LIB_DIR.search(v.split("$")[0]):
+                        # a later value without the compat folder, or one that puts the driver's own
+                        # libcuda folder in front of it (apache/tvm's ci_gpu image does, and says why)
+                        pending.clear()
+    yield from pending
+
+
+#: where the NVIDIA container runtime mounts the host driver's libcuda
+_DRIVER_LIB_DIR = re.compile(r"(^|:)(/usr/lib/(x86_64|aarch64)-linux-gnu|/usr/lib64|/usr/local/nvidia/lib(64)?)/?(:|$)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -840,8 +840,13 @@ _CONDA_CHANNEL_COMMANDS = frozenset({"install", "create", "update", "upgrade"})
 
 
 def _release_asks(major: str | None, minor: str | None) -> bool:
-    """A conda release (None: ``latest``) that asks for the Terms of Service."""
-    return major is None or (int(major), int(minor or 0)) >= _TOS_SINCE
+    """A conda release (None: ``latest``) that asks for the Terms of Service. Anaconda's installers
+    are numbered by year and month (Anaconda3-2020.02, 2025.06), conda's by its own version (25.5.1),
+    whose major number is the year's last two digits."""
+    if major is None:
+        return True
+    year = int(major) - 2000 if int(major) >= 2000 else int(major)
+    return (year, int(minor or 0)) >= _TOS_SINCE
 
 
 def _image_asks(base: str) -> bool:
