@@ -237,6 +237,8 @@ class Knowledge:
     companions: tuple[Companion, ...] = ()
     #: the local overlay whose rows were added to the built-in ones ("" = built-in rows only)
     overlay: str = ""
+    #: nvidia/cuda versions whose image tags NVIDIA deleted: "10.1" -> (the tag to use instead or "", source)
+    deleted_cuda_tags: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def companion(self, package: str, torch: str) -> Companion | None:
         """The row pairing ``package`` with torch ``torch``; None when no row says anything about it."""
@@ -454,4 +456,8 @@ def load_knowledge() -> Knowledge:
         toolchains=toolchains,
         torch_source=torch_source,
         companions=companions,
+        deleted_cuda_tags={
+            v: (r.get("use", {}).get(".".join(v.split(".")[:2]), ""), r["source"])
+            for r in c.get("deleted_tags", []) for v in r["versions"]
+        },
     )

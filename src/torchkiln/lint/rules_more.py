@@ -1081,3 +1081,53 @@ def global_arg_not_redeclared(ctx: Context) -> Iterator[Hit]:
                 declared.add(name)  # once per stage
             if ins.keyword == "ENV":
                 declared |= {k for k, _ in env_pairs(ins)}
+
+
+# ---------------------------------------------------------------------------------------------
+# KL044: a base image whose tag NVIDIA deleted
+
+_NVIDIA_CUDA_IMAGE = re.compile(r"^((docker\.io/)?nvidia|nvcr\.io/nvidia)/cuda:(\d+\.\d+(?:\.\d+)?)(-[^@]*)?$", re.I)
+
+
+@rule(
+    "KL044",
+    "base-image-deleted",
+    "error",
+    "The base image is an nvidia/cuda tag NVIDIA deleted (an end-of-life CUDA release)",
+    why=(
+        "NVIDIA deletes the nvidia/cuda tags of a CUDA release from Docker Hub and NGC six months after "
+        "its end of life; in July 2023 it deleted the 7.0, 8.0, 9.x and 10.x tags and the early patches of 11.2 to "
+        "11.7 (11.3.0, 11.4.2, ...). `FROM` one of them fails with \"not found\" on any machine that has not "
+        "kept a copy, so the image can no longer be rebuilt as written."
+    ),
+    source=(
+        "NVIDIA container-images/cuda doc/support-policy.md and its deletion notice of June 2023 "
+        "(gitlab.com/nvidia/container-images/cuda/-/issues/209); NVIDIA/nvidia-docker#1790"
+    ),
+    fix=(
+        "Move to a tag that exists: the last patch of the same minor (11.3.1 for 11.3.0, 11.4.3, 11.6.2, "
+        "11.7.1) or a supported CUDA 12/13 release; for CUDA 10.x and older no tag remains."
+    ),
+)
+def base_image_deleted(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    from torchkiln.knowledge import load_knowledge
+
+    deleted = load_knowledge().deleted_cuda_tags
+    for st in ctx.df.stages:
+        if st.parent is not None or not st.resolved_image:
+            continue
+        m = _NVIDIA_CUDA_IMAGE.match(st.resolved_image)
+        if m is None or m.group(3) not in deleted:
+            continue
+        use, _source = deleted[m.group(3)]
+        instead = (f"the tags of the last {use.rsplit('.', 1)[0]} patch were kept: nvidia/cuda:{use}{m.group(4) or ''}"
+                   if use else f"no CUDA {m.group(3).split('.')[0]}.x tag remains")
+        shown = st.image if st.image == st.resolved_image else f"{st.image} (= {st.resolved_image})"
+        yield Hit(
+            st.line,
+            f"FROM {shown}: NVIDIA deleted the CUDA {m.group(3)} tags from Docker Hub and NGC (end of life, July "
+            f"2023), so the build stops here with \"not found\"; {instead}",
+            stage=st.label,
+        )

@@ -1,5 +1,5 @@
 # KL040: NVIDIA's CUDA images hold the toolkit but no Python, so pip and python are not found.
-FROM nvidia/cuda:11.6.0-base-ubuntu20.04 AS app
+FROM nvidia/cuda:11.6.2-base-ubuntu20.04 AS app
 RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
 # expect: KL040
 RUN pip3 install --no-cache-dir torch==1.13.1
