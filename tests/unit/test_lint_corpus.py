@@ -49,7 +49,7 @@ def test_the_docs_carry_the_generated_measurement() -> None:
     doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
     block = doc.split("<!-- lint_corpus:start", 1)[1].split("<!-- lint_corpus:end -->", 1)[0]
     rows = _rows("verdicts.tsv")
-    assert f"{len(rows)} findings" in block
+    assert f"{len(rows)} verdicts" in block
 
 
 def test_the_heldout_set_is_complete_and_separate_from_the_corpus() -> None:
@@ -73,7 +73,7 @@ def test_the_heldout_set_is_complete_and_separate_from_the_corpus() -> None:
         assert len(r["why"]) > 20, r
     doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
     block = doc.split("<!-- lint_heldout:start", 1)[1].split("<!-- lint_heldout:end -->", 1)[0]
-    assert f"{len(verdicts)} findings" in block
+    assert f"{len(verdicts)} verdicts" in block
     assert f"{len(rows)} public ML/CUDA Dockerfiles" in block
 
 
