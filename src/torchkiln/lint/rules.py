@@ -1466,20 +1466,48 @@ LEGACY_PIP_OPTIONS = ("--global-option", "--build-option", "--install-option")
 _NGC_PYTHON_LINES = (("20.11", "3.6"), ("23.05", "3.8"))
 #: The newest pip a Python can install (pip 22.0 dropped 3.6, 24.1 dropped 3.7, 25.1 dropped 3.8; pip's
 #: release notes): `pip install -U pip` on that Python stops there
-NEWEST_PIP_FOR_PYTHON = {"3.6": "21.3.1", "3.7": "24.0", "3.8": "25.0.1"}
+NEWEST_PIP_FOR_PYTHON = {"3.5": "20.3.4", "3.6": "21.3.1", "3.7": "24.0", "3.8": "25.0.1"}
+#: the python3 of a distribution release's archive, for the releases whose Python caps pip (Ubuntu 16.04
+#: 3.5, 18.04 3.6, 20.04 3.8; Debian 10 3.7; the DISTRO source of knowledge/distros.toml), by how image
+#: tags name them
+_SYSTEM_PYTHON = {"ubuntu16.04": "3.5", "xenial": "3.5", "ubuntu18.04": "3.6", "bionic": "3.6",
+                  "ubuntu20.04": "3.8", "focal": "3.8", "buster": "3.7", "debian10": "3.7"}
+_PYTHON_IMAGE = re.compile(r"^(docker\.io/)?(library/)?python:(\d+\.\d+)")
+#: what brings another Python than the distribution's: conda, pyenv, uv's or deadsnakes' builds, a
+#: versioned apt python (python3.10), a source build
+_OTHER_PYTHON = re.compile(
+    r"conda|mamba|miniforge|pyenv|uv\s+(python|venv)|deadsnakes|\bpython3\.\d+\b|Python-\d|--python\b", re.I)
+_PYENV_INSTALL = re.compile(r"pyenv\s+install\s+(?:-\S+\s+)*(\d+\.\d+)")
+_PYENV_GLOBAL = re.compile(r"pyenv\s+global\s+(\d+\.\d+)")
 
 
 def newest_pip(ctx: Context, step: Step) -> str | None:
-    """The newest pip an unpinned `pip install -U pip` can reach in ``step``'s stage, when the base's Python
-    caps it (an NGC PyTorch release of Python 3.8 or older); None when nothing in the file caps it."""
+    """The newest pip an unpinned `pip install -U pip` can reach in ``step``'s stage, when the stage's
+    Python caps it (3.8 or older): an NGC PyTorch release of such a Python, a `python:3.X` image, the
+    distribution's own python3 on Ubuntu 16.04-20.04 or Debian 10 when nothing in the stage chain
+    brings another Python, or the one Python pyenv installs; None when nothing in the file caps it."""
     assert ctx.df is not None
     base = ctx.df.base_image(step.stage)
-    if base is None or not NGC_PYTORCH.match(base):
+    if base is None:
         return None
-    m = _NGC_RELEASE.search(base)
-    if not m:
+    if NGC_PYTORCH.match(base):
+        m = _NGC_RELEASE.search(base)
+        if not m:
+            return None
+        python = next((py for before, py in _NGC_PYTHON_LINES if m.group(1) < before), None)
+        return NEWEST_PIP_FOR_PYTHON.get(python or "")
+    if m := _PYTHON_IMAGE.match(base):
+        return NEWEST_PIP_FOR_PYTHON.get(m.group(3))
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    text = "\n".join(sn.text for st in ctx.steps if st.stage.index in chain and st.ins.line <= step.ins.line
+                     for sn in st.snippets)
+    pyenv = set(_PYENV_GLOBAL.findall(text)[-1:] or _PYENV_INSTALL.findall(text))
+    if len(pyenv) == 1:  # the one Python pyenv installs, or the one it makes global
+        return NEWEST_PIP_FOR_PYTHON.get(pyenv.pop())
+    if pyenv or _OTHER_PYTHON.search(text) or base_ships_torch(base):
         return None
-    python = next((py for before, py in _NGC_PYTHON_LINES if m.group(1) < before), None)
+    python = next((py for name, py in _SYSTEM_PYTHON.items()
+                   if re.search(rf"(^|[-:_/]){re.escape(name)}($|[-_.])", base)), None)
     return NEWEST_PIP_FOR_PYTHON.get(python or "")
 
 
