@@ -2764,9 +2764,10 @@ _INSTALLERS = ("pip", "pip3", "uv", "conda", "mamba", "micromamba")
     "An unquoted `>=`/`<=` in a pip/uv/conda command is a shell redirection",
     why=(
         "In `pip install flash-attn>=2.0` the shell reads `>` as a redirection: pip installs any "
-        "flash-attn (the newest, or whatever the resolver picks) and its output goes to a file named "
-        "'=2.0'. The build succeeds, the constraint is silently gone. (`<=` reads a file named "
-        "'=...' instead and fails.)"
+        "flash-attn (the newest, or an older one already installed, or whatever the resolver picks) and "
+        "its output goes to a file named '=2.0'. The build succeeds, the constraint is silently gone: a "
+        "warning, and info with --upgrade (the newest release meets a lower bound). `<=` reads a file "
+        "named '=...' instead, and the command fails: an error."
     ),
     source="GNU Bash manual, 'Redirections'; pip docs 'Requirement Specifiers' (quote specifiers in a shell)",
     fix='Quote the requirement: pip install "flash-attn>=2.0".',
@@ -2776,23 +2777,40 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
     for sn in ctx.snippets:
         toks = tokenize(sn.text, sn.joined)
         installer = False
+        words: list[str] = []  # the words of the command so far
         for i, t in enumerate(toks):
             if t.kind == "op":
-                installer = False
-            elif t.kind == "word" and t.text.rsplit("/", 1)[-1] in _INSTALLERS:
+                installer, words = False, []
+                continue
+            if t.kind == "word":
+                words.append(t.text)
+            if t.kind == "word" and t.text.rsplit("/", 1)[-1] in _INSTALLERS:
                 installer = True
             elif installer and t.kind == "redir" and t.text in (">", "<") and i + 1 < len(toks):
                 nxt = toks[i + 1]
                 if nxt.kind == "word" and nxt.start == t.end and nxt.raw.startswith("="):
                     prev = toks[i - 1].text if i and toks[i - 1].end == t.start else ""
                     spec = f"{prev}{t.text}{nxt.raw}"
+                    rest = [x.text for x in toks[i + 2:] if x.kind == "word"]
+                    upgraded = any(w in ("-U", "--upgrade") for w in words + rest[:40])
+                    severity: Severity | None
+                    if t.text == "<":
+                        what, severity = "the command fails: the shell finds no such file to read", None
+                    elif upgraded:
+                        what = ("the lower bound is lost, but --upgrade installs the newest release, which "
+                                "meets it: only a stray file is left")
+                        severity = "info"
+                    else:
+                        what = ("the lower bound is lost: pip keeps an older release already installed, or "
+                                "takes what its resolver picks")
+                        severity = "warning"
                     yield Hit(
                         sn.file_line(t.index),
                         f"`{spec}` is not a version specifier to the shell: "
-                        f"`{t.text}` redirects to a file named '{nxt.raw}'",
+                        f"`{t.text}` redirects to a file named '{nxt.raw}'; {what}",
                         fix=f'Quote it: "{prev or "package"}{t.text}{nxt.raw}".',
+                        severity=severity,
                     )
-
 
 
 def ordered_rules() -> list[Rule]:
