@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import Context, Step, base_ships_torch
-from torchkiln.lint.model import Stage, arg_pairs, env_pairs
+from torchkiln.lint.model import Dockerfile, Stage, arg_pairs, env_pairs
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
@@ -1129,5 +1129,74 @@ def base_image_deleted(ctx: Context) -> Iterator[Hit]:
             st.line,
             f"FROM {shown}: NVIDIA deleted the CUDA {m.group(3)} tags from Docker Hub and NGC (end of life, July "
             f"2023), so the build stops here with \"not found\"; {instead}",
+            stage=st.label,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL045: a FROM whose image comes from a build argument with no default
+
+#: the arguments BuildKit sets itself on every build (Dockerfile reference, "Automatic platform ARGs in
+#: the global scope"): a FROM may use them without a default
+_AUTOMATIC_ARGS = frozenset({"TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM",
+                             "BUILDOS", "BUILDARCH", "BUILDVARIANT"})
+_FROM_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\}|:?[-+?][^}]*\}|)")
+
+
+def _needed_stages(df: Dockerfile, final: Stage) -> list[Stage]:
+    """The stages a build of the final stage builds: its chain and, transitively, the chains of the
+    stages their COPY/ADD --from name (BuildKit skips the others)."""
+    seen: dict[int, Stage] = {}
+    todo = [final]
+    while todo:
+        for st in df.chain(todo.pop()):
+            if st.index in seen:
+                continue
+            seen[st.index] = st
+            for ref in st.copies_from():
+                other = df.stage_ref(ref, before=st.index)
+                if other is not None:
+                    todo.append(other)
+    return sorted(seen.values(), key=lambda s: s.index)
+
+
+@rule(
+    "KL045",
+    "from-arg-without-default",
+    "warning",
+    "The base image of a stage the image needs comes from a build argument with no default",
+    why=(
+        "`FROM ${BASE_IMAGE}` (or `nvcr.io/nvidia/pytorch:${TAG}`) with no default for the argument "
+        "expands to an empty or incomplete reference when the build is run without `--build-arg`: "
+        "`docker build .` stops at once (\"base name should not be blank\", \"invalid reference format\"). "
+        "The Dockerfile cannot be built as written, and nothing in it says which image it was made for."
+    ),
+    source="Docker build checks, InvalidDefaultArgInFrom (docs.docker.com/reference/build-checks/)",
+    fix="Give the argument a default that builds (ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:24.08-py3) before the FROM.",
+)
+def from_arg_without_default(ctx: Context) -> Iterator[Hit]:
+    df = ctx.df
+    if df is None or not ctx.final_chain:
+        return
+    for st in _needed_stages(df, ctx.final_chain[-1]):
+        if st.parent is not None or st.resolved_image is not None or "$" not in st.image:
+            continue
+        missing = [m.group(1) for m in _FROM_VAR.finditer(st.image)
+                   if m.group(1) not in _AUTOMATIC_ARGS and not m.group(2).startswith((":-", "-"))
+                   and df.global_args.get(m.group(1)) is None]
+        if not missing:
+            continue
+        name = missing[0]
+        raw = next((v for ins in df.preamble if ins.keyword == "ARG" for k, v in arg_pairs(ins) if k == name), None)
+        if name not in df.global_args:
+            why = f"{name} is never declared"
+        elif raw:
+            why = f"ARG {name}'s default ({raw}) names an argument that has none"
+        else:
+            why = f"ARG {name} has no default"
+        yield Hit(
+            st.line,
+            f"FROM {st.image}: {why}, "
+            f"so a build without `--build-arg {name}=...` stops here (an empty or invalid image reference)",
             stage=st.label,
         )
