@@ -1481,34 +1481,40 @@ _PYENV_INSTALL = re.compile(r"pyenv\s+install\s+(?:-\S+\s+)*(\d+\.\d+)")
 _PYENV_GLOBAL = re.compile(r"pyenv\s+global\s+(\d+\.\d+)")
 
 
-def newest_pip(ctx: Context, step: Step) -> str | None:
-    """The newest pip an unpinned `pip install -U pip` can reach in ``step``'s stage, when the stage's
-    Python caps it (3.8 or older): an NGC PyTorch release of such a Python, a `python:3.X` image, the
-    distribution's own python3 on Ubuntu 16.04-20.04 or Debian 10 when nothing in the stage chain
-    brings another Python, or the one Python pyenv installs; None when nothing in the file caps it."""
+def stage_python(ctx: Context, step: Step) -> tuple[str, str] | None:
+    """The Python of ``step``'s stage as far as the file shows, with where it comes from: an NGC
+    PyTorch release of Python 3.8 or older ("ngc"), a `python:3.X` image ("image"), the one Python
+    pyenv installs or makes global ("pyenv"), or the distribution's own python3 on Ubuntu 16.04-20.04
+    or Debian 10 when nothing in the stage chain brings another Python ("distro"); None otherwise
+    (newer releases are not told apart: only the Pythons that cap pip matter here)."""
     assert ctx.df is not None
     base = ctx.df.base_image(step.stage)
     if base is None:
         return None
     if NGC_PYTORCH.match(base):
         m = _NGC_RELEASE.search(base)
-        if not m:
-            return None
-        python = next((py for before, py in _NGC_PYTHON_LINES if m.group(1) < before), None)
-        return NEWEST_PIP_FOR_PYTHON.get(python or "")
+        python = next((py for before, py in _NGC_PYTHON_LINES if m.group(1) < before), None) if m else None
+        return (python, "ngc") if python else None
     if m := _PYTHON_IMAGE.match(base):
-        return NEWEST_PIP_FOR_PYTHON.get(m.group(3))
+        return m.group(3), "image"
     chain = {s.index for s in ctx.df.chain(step.stage)}
     text = "\n".join(sn.text for st in ctx.steps if st.stage.index in chain and st.ins.line <= step.ins.line
                      for sn in st.snippets)
     pyenv = set(_PYENV_GLOBAL.findall(text)[-1:] or _PYENV_INSTALL.findall(text))
     if len(pyenv) == 1:  # the one Python pyenv installs, or the one it makes global
-        return NEWEST_PIP_FOR_PYTHON.get(pyenv.pop())
+        return pyenv.pop(), "pyenv"
     if pyenv or _OTHER_PYTHON.search(text) or base_ships_torch(base):
         return None
     python = next((py for name, py in _SYSTEM_PYTHON.items()
                    if re.search(rf"(^|[-:_/]){re.escape(name)}($|[-_.])", base)), None)
-    return NEWEST_PIP_FOR_PYTHON.get(python or "")
+    return (python, "distro") if python else None
+
+
+def newest_pip(ctx: Context, step: Step) -> str | None:
+    """The newest pip an unpinned `pip install -U pip` can reach in ``step``'s stage, when the stage's
+    Python (``stage_python``) caps it (3.8 or older); None when nothing in the file caps it."""
+    found = stage_python(ctx, step)
+    return NEWEST_PIP_FOR_PYTHON.get(found[0]) if found else None
 
 
 def pip_reaches(ctx: Context, step: Step, version: str) -> bool:

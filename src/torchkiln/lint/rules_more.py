@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import Context, Step, base_ships_torch
-from torchkiln.lint.model import Dockerfile, Stage, arg_pairs, env_pairs
+from torchkiln.lint.model import Dockerfile, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
@@ -1200,3 +1200,59 @@ def from_arg_without_default(ctx: Context) -> Iterator[Hit]:
             f"so a build without `--build-arg {name}=...` stops here (an empty or invalid image reference)",
             stage=st.label,
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL046: the current get-pip.py run on a Python it no longer supports
+
+_GET_PIP_LATEST = re.compile(r"bootstrap\.pypa\.io/get-pip\.py")
+#: the oldest Python https://bootstrap.pypa.io/get-pip.py runs on (3.9 since pip 25.1, April 2025)
+_GET_PIP_MIN = Version("3.9")
+_PYTHON_RUNNER = re.compile(r"^python(\d(?:\.\d+)?)?$")
+
+
+@rule(
+    "KL046",
+    "get-pip-python-too-old",
+    "error",
+    "The current get-pip.py is run on a Python older than it supports",
+    why=(
+        "https://bootstrap.pypa.io/get-pip.py installs the newest pip, and refuses a Python that pip no "
+        "longer supports: since pip 25.1 (April 2025) it needs Python 3.9, and on 3.8 or older it stops with "
+        "\"This script does not work on Python 3.8 ... Please use https://bootstrap.pypa.io/pip/3.8/get-pip.py "
+        "instead\", so the RUN fails."
+    ),
+    source="pypa/get-pip#237 (pip 25.1 drops Python 3.8), pypa/get-pip#214 (3.7); pip release notes",
+    fix="Use the versioned script for that Python: https://bootstrap.pypa.io/pip/3.8/get-pip.py (or 3.7, 3.6).",
+)
+def get_pip_python_too_old(ctx: Context) -> Iterator[Hit]:
+    from torchkiln.lint.rules import stage_python
+
+    if ctx.df is None:
+        return
+    for step in ctx.steps:
+        if not any(_GET_PIP_LATEST.search(sn.text) for sn in step.snippets):
+            continue
+        for cmd, env, _cwd in step.commands:
+            name = substitute(cmd.name, {**step.env, **env}) or cmd.name  # python${PY_VER} with its default
+            m = _PYTHON_RUNNER.match(name)
+            if m is None or not (cmd.argv[1:] in ((), ("-",)) or any("get-pip.py" in a for a in cmd.argv[1:])):
+                continue  # not the python that runs the script (from a file, or piped into it)
+            if m.group(1) and "." in m.group(1):
+                version, how = m.group(1), f"`{name}`"
+            else:
+                found = stage_python(ctx, step)
+                if found is None or (name == "python" and found[1] == "distro"):
+                    continue  # (a distribution's `python` may be Python 2, or absent)
+                version, how = found[0], {"ngc": "the NGC release's Python", "image": "the image's Python",
+                                          "pyenv": "pyenv's Python", "distro": "the distribution's python3"}[found[1]]
+            if Version(version) >= _GET_PIP_MIN:
+                continue
+            yield Hit(
+                cmd.line,
+                f"get-pip.py from bootstrap.pypa.io needs Python {_GET_PIP_MIN} or later, and {how} is {version}: "
+                f"it stops with \"This script does not work on Python {version}\"",
+                fix=f"Use https://bootstrap.pypa.io/pip/{version}/get-pip.py.",
+                stage=step.stage.label,
+            )
+            break
