@@ -1256,3 +1256,87 @@ def get_pip_python_too_old(ctx: Context) -> Iterator[Hit]:
                 stage=step.stage.label,
             )
             break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL047: a package manager on a distribution release whose repositories are gone
+
+#: (image pattern, release, where its repositories went, when, the error the build stops with)
+_EOL_REPOS = (
+    (re.compile(r"^(docker\.io/)?(library/)?centos:(centos)?7([.:-]|$)", re.I), "CentOS 7", "yum",
+     "vault.centos.org: mirrorlist.centos.org was shut down at its end of life (30 June 2024)",
+     "Could not resolve host: mirrorlist.centos.org"),
+    (re.compile(r"^(docker\.io/)?(library/)?centos(:((centos)?8([.:-]|$)|latest$)|$)", re.I), "CentOS 8", "yum",
+     "vault.centos.org at its end of life (31 December 2021; the mirrors dropped it on 31 January 2022)",
+     "Failed to download metadata for repo 'appstream'"),
+    (re.compile(r"^(docker\.io/)?(library/)?([a-z0-9._-]+:([^@]*[.-])?stretch([.-]|$)|debian:9(\.\d+)*(-slim)?$)",
+                re.I), "Debian 9, stretch", "apt", "archive.debian.org (April 2023)",
+     "404  Not Found ... does not have a Release file"),
+    (re.compile(r"^(docker\.io/)?(library/)?([a-z0-9._-]+:([^@]*[.-])?jessie([.-]|$)|debian:8(\.\d+)*(-slim)?$)",
+                re.I), "Debian 8, jessie", "apt", "archive.debian.org",
+     "404  Not Found ... does not have a Release file"),
+)
+#: a RUN that points the package manager elsewhere (the archive, a mirror, its own repository files)
+_REPOS_REWRITTEN = re.compile(r"vault\.centos\.org|archive\.debian\.org|yum\.repos\.d|sources\.list|mirrorlist", re.I)
+
+
+@rule(
+    "KL047",
+    "eol-distro-repositories",
+    "error",
+    "yum or apt runs on a distribution release whose repositories have moved to an archive",
+    why=(
+        "At their end of life CentOS 7 and 8 moved to vault.centos.org (CentOS 7's mirrorlist.centos.org "
+        "no longer resolves since July 2024) and Debian 8 and 9 to archive.debian.org (stretch in April "
+        "2023). An image of such a release still points yum or apt at the old hosts, so the first `yum "
+        "install` or `apt-get update` fails and the build stops there."
+    ),
+    source=(
+        "blog.centos.org 'End dates are coming for CentOS Stream 8 and CentOS Linux 7' (2023-04); "
+        "debian-devel-announce 2023/03/msg00006 (stretch moved to archive.debian.org)"
+    ),
+    fix=(
+        "Move to a supported release (Rocky or Alma Linux 8/9, Debian 12, Ubuntu 22.04/24.04), or point the "
+        "repositories at the archive first (sed the mirrorlist out of /etc/yum.repos.d for vault.centos.org; "
+        "deb http://archive.debian.org/debian stretch main in /etc/apt/sources.list)."
+    ),
+)
+def eol_distro_repositories(ctx: Context) -> Iterator[Hit]:
+    df = ctx.df
+    if df is None:
+        return
+    for root in df.stages:
+        base = df.base_image(root) or ""
+        eol = next((e for e in _EOL_REPOS if e[0].match(base)), None)
+        if eol is None or root.parent is not None:
+            continue
+        _pattern, release, tool, moved, error = eol
+        hit = _first_repo_use(ctx, root, tool)
+        if hit is not None:
+            step, cmd = hit
+            yield Hit(
+                cmd.line,
+                f"`{' '.join(cmd.argv[:2])}` on {base} ({release}): its repositories moved to {moved}, so this "
+                f"stops with \"{error}\"",
+                stage=step.stage.label,
+            )
+
+
+def _first_repo_use(ctx: Context, root: Stage, tool: str) -> tuple[Step, Command] | None:
+    """In the stages built on ``root``, in order: the first yum/dnf install or apt update, unless a
+    command before it points the package manager elsewhere (or does something the rule cannot follow)."""
+    assert ctx.df is not None
+    for step in ctx.steps:
+        if ctx.df.chain(step.stage)[0].index != root.index:
+            continue
+        for cmd, _env, _cwd in step.commands:
+            if _REPOS_REWRITTEN.search(" ".join(cmd.argv)):
+                return None
+            if tool == "yum":
+                uses = cmd.name in ("yum", "dnf") and any(
+                    a in ("install", "update", "upgrade", "makecache") for a in cmd.argv[1:3])
+            else:
+                uses = cmd.name in ("apt-get", "apt") and "update" in cmd.argv[1:3]
+            if uses:
+                return step, cmd
+    return None
