@@ -1261,25 +1261,32 @@ def get_pip_python_too_old(ctx: Context) -> Iterator[Hit]:
 # ---------------------------------------------------------------------------------------------
 # KL047: a package manager on a distribution release whose repositories are gone
 
-#: (image pattern, release, where its repositories went, when, the error the build stops with)
+#: a command that points the package manager elsewhere (the archive, a mirror, its own repository
+#: files) or replaces NVIDIA's CUDA repository key: the file takes care of it
+_CENTOS_FIXED = re.compile(r"vault\.centos\.org|yum\.repos\.d|mirrorlist|baseurl", re.I)
+_DEBIAN_FIXED = re.compile(r"archive\.debian\.org|sources\.list", re.I)
+_NVIDIA_KEY_FIXED = re.compile(r"3bf863cc|cuda-keyring|cuda\.list|nvidia-ml\.list|7fa2af80|sources\.list\.d/\*", re.I)
+#: (image pattern, release, what happened to its repositories, the error the build stops with, what fixes it)
 _EOL_REPOS = (
     (re.compile(r"^(docker\.io/)?(library/)?centos:(centos)?7([.:-]|$)", re.I), "CentOS 7", "yum",
-     "vault.centos.org: mirrorlist.centos.org was shut down at its end of life (30 June 2024)",
-     "Could not resolve host: mirrorlist.centos.org"),
+     "its repositories moved to vault.centos.org: mirrorlist.centos.org was shut down at its end of life "
+     "(30 June 2024)",
+     "Could not resolve host: mirrorlist.centos.org", _CENTOS_FIXED),
     (re.compile(r"^(docker\.io/)?(library/)?centos(:((centos)?8([.:-]|$)|latest$)|$)", re.I), "CentOS 8", "yum",
-     "vault.centos.org at its end of life (31 December 2021; the mirrors dropped it on 31 January 2022)",
-     "Failed to download metadata for repo 'appstream'"),
+     "its repositories moved to vault.centos.org at its end of life (31 December 2021; the mirrors dropped "
+     "it on 31 January 2022)",
+     "Failed to download metadata for repo 'appstream'", _CENTOS_FIXED),
     (re.compile(r"^(docker\.io/)?(library/)?([a-z0-9._-]+:([^@]*[.-])?stretch([.-]|$)|debian:9(\.\d+)*(-slim)?$)",
-                re.I), "Debian 9, stretch", "apt", "archive.debian.org (April 2023)",
-     "404  Not Found ... does not have a Release file"),
+                re.I), "Debian 9, stretch", "apt", "its repositories moved to archive.debian.org (April 2023)",
+     "404  Not Found ... does not have a Release file", _DEBIAN_FIXED),
     (re.compile(r"^(docker\.io/)?(library/)?([a-z0-9._-]+:([^@]*[.-])?jessie([.-]|$)|debian:8(\.\d+)*(-slim)?$)",
-                re.I), "Debian 8, jessie", "apt", "archive.debian.org",
-     "404  Not Found ... does not have a Release file"),
+                re.I), "Debian 8, jessie", "apt", "its repositories moved to archive.debian.org",
+     "404  Not Found ... does not have a Release file", _DEBIAN_FIXED),
+    (re.compile(r"^(docker\.io/)?tensorflow/tensorflow:(1\.\d+|2\.[0-7])(\.\d+)?-gpu", re.I),
+     "a TensorFlow GPU image from before April 2022", "apt",
+     "its CUDA apt repository is signed with the key NVIDIA rotated to in April 2022, which the image lacks",
+     "NO_PUBKEY A4B469963BF863CC ... is no longer signed", _NVIDIA_KEY_FIXED),
 )
-#: a RUN that points the package manager elsewhere (the archive, a mirror, its own repository files)
-_REPOS_REWRITTEN = re.compile(r"vault\.centos\.org|archive\.debian\.org|yum\.repos\.d|sources\.list|mirrorlist", re.I)
-
-
 @rule(
     "KL047",
     "eol-distro-repositories",
@@ -1289,11 +1296,13 @@ _REPOS_REWRITTEN = re.compile(r"vault\.centos\.org|archive\.debian\.org|yum\.rep
         "At their end of life CentOS 7 and 8 moved to vault.centos.org (CentOS 7's mirrorlist.centos.org "
         "no longer resolves since July 2024) and Debian 8 and 9 to archive.debian.org (stretch in April "
         "2023). An image of such a release still points yum or apt at the old hosts, so the first `yum "
-        "install` or `apt-get update` fails and the build stops there."
+        "install` or `apt-get update` fails and the build stops there. TensorFlow's GPU images from before "
+        "April 2022 (1.x to 2.7) still trust only the CUDA repository key NVIDIA replaced then: the same."
     ),
     source=(
         "blog.centos.org 'End dates are coming for CentOS Stream 8 and CentOS Linux 7' (2023-04); "
-        "debian-devel-announce 2023/03/msg00006 (stretch moved to archive.debian.org)"
+        "debian-devel-announce 2023/03/msg00006 (stretch moved to archive.debian.org); NVIDIA developer blog "
+        "'Updating the CUDA Linux GPG Repository Key' (2022-04), tensorflow/tensorflow#56085"
     ),
     fix=(
         "Move to a supported release (Rocky or Alma Linux 8/9, Debian 12, Ubuntu 22.04/24.04), or point the "
@@ -1310,19 +1319,18 @@ def eol_distro_repositories(ctx: Context) -> Iterator[Hit]:
         eol = next((e for e in _EOL_REPOS if e[0].match(base)), None)
         if eol is None or root.parent is not None:
             continue
-        _pattern, release, tool, moved, error = eol
-        hit = _first_repo_use(ctx, root, tool)
+        _pattern, release, tool, moved, error, fixed = eol
+        hit = _first_repo_use(ctx, root, tool, fixed)
         if hit is not None:
             step, cmd = hit
             yield Hit(
                 cmd.line,
-                f"`{' '.join(cmd.argv[:2])}` on {base} ({release}): its repositories moved to {moved}, so this "
-                f"stops with \"{error}\"",
+                f"`{' '.join(cmd.argv[:2])}` on {base} ({release}): {moved}, so this stops with \"{error}\"",
                 stage=step.stage.label,
             )
 
 
-def _first_repo_use(ctx: Context, root: Stage, tool: str) -> tuple[Step, Command] | None:
+def _first_repo_use(ctx: Context, root: Stage, tool: str, fixed: re.Pattern[str]) -> tuple[Step, Command] | None:
     """In the stages built on ``root``, in order: the first yum/dnf install or apt update, unless a
     command before it points the package manager elsewhere (or does something the rule cannot follow)."""
     assert ctx.df is not None
@@ -1330,7 +1338,7 @@ def _first_repo_use(ctx: Context, root: Stage, tool: str) -> tuple[Step, Command
         if ctx.df.chain(step.stage)[0].index != root.index:
             continue
         for cmd, _env, _cwd in step.commands:
-            if _REPOS_REWRITTEN.search(" ".join(cmd.argv)):
+            if fixed.search(" ".join(cmd.argv)):
                 return None
             if tool == "yum":
                 uses = cmd.name in ("yum", "dnf") and any(

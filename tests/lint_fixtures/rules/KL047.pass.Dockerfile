@@ -8,4 +8,7 @@ RUN echo built > /built.txt
 FROM debian:12-slim
 COPY --from=build /built.txt /built.txt
 RUN apt-get update && apt-get install -y --no-install-recommends libgl1 && rm -rf /var/lib/apt/lists/*
+FROM tensorflow/tensorflow:2.6.0-gpu AS tf
+RUN apt-key adv --fetch-keys https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64/3bf863cc.pub \
+    && apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
 USER 1000:1000
