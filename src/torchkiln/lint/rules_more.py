@@ -1348,3 +1348,44 @@ def _first_repo_use(ctx: Context, root: Stage, tool: str, fixed: re.Pattern[str]
             if uses:
                 return step, cmd
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# KL048: make with an unbounded number of jobs
+
+_JOB_COUNT = re.compile(r"^(\d+|\$.*|`.*|\"?\$.*)$")
+
+
+@rule(
+    "KL048",
+    "make-unbounded-jobs",
+    "warning",
+    "`make -j` without a number runs every job it can at once",
+    why=(
+        "GNU make's `-j` with no number puts no limit on parallel jobs: a big C++ or CUDA build (NCCL, "
+        "a CUDA library, a framework) starts hundreds of compilers at once, each nvcc or template-heavy "
+        "g++ taking GBs, and the build dies out of memory or thrashes on a builder with few cores. "
+        "`-j$(nproc)` (or a MAX_JOBS the memory allows) bounds it."
+    ),
+    source="GNU make manual, 'Parallel Execution' (-j with no argument: no limit)",
+    fix='Give it a number: make -j"$(nproc)" (or -j"${MAX_JOBS}").',
+    applies_to=("dockerfile", "script", "apptainer"),
+)
+def make_unbounded_jobs(ctx: Context) -> Iterator[Hit]:
+    for sn in ctx.snippets:
+        for cmd in commands(sn):
+            if cmd.name not in ("make", "gmake"):
+                continue
+            argv = cmd.argv
+            for i, a in enumerate(argv[1:], 1):
+                if a not in ("-j", "--jobs"):
+                    continue
+                nxt = argv[i + 1] if i + 1 < len(argv) else ""
+                if _JOB_COUNT.match(nxt):
+                    break  # make -j 8, make -j $(nproc), make -j ${N}
+                yield Hit(
+                    cmd.line,
+                    f"`{' '.join(argv[: i + 1])}` has no job count: make runs every job it can at once, "
+                    "and a large C++/CUDA build runs out of memory",
+                )
+                break
