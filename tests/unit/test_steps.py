@@ -152,9 +152,13 @@ def test_an_extension_build_without_arch_list_is_reported_in_a_cuda_plan() -> No
     assert review_steps(fixed) == []
 
 
-def test_a_certain_finding_refuses_the_spec() -> None:
+def test_a_certain_finding_refuses_the_spec_a_likely_one_warns() -> None:
+    # an unquoted <= makes the shell read a file named '=4.40' that does not exist: the step fails
     with pytest.raises(SpecError, match=r"\[\[steps\]\] 1 \(packages\): KL029"):
-        check_steps(_plan(steps=[_step("packages", "uv pip install transformers>=4.0")]))
+        check_steps(_plan(steps=[_step("packages", "uv pip install transformers<=4.40")]))
+    # an unquoted >= loses the lower bound: the step runs, with a warning in the plan
+    plan = check_steps(_plan(steps=[_step("packages", "uv pip install transformers>=4.0")]))
+    assert any("KL029" in w and "lower bound is lost" in w for w in plan.warnings)
 
 
 def test_examples_with_steps_lint_clean() -> None:
