@@ -111,19 +111,17 @@ def largest_size(releases: dict[str, list[dict]], latest: list[dict]) -> float |
     return max((s for s in sizes if s is not None), default=None)
 
 
-def pins(info: dict) -> list[str]:
-    """The dependencies the latest release pins to one version (xformers: torch==2.9.0): installed
-    into an image with another version, pip downloads the pinned one too."""
-    out = set()
+def _applying(info: dict) -> list[Requirement]:
+    """The latest release's unconditional requirements (markers evaluated for CPython 3.11 on Linux x86_64)."""
+    out = []
     for text in info.get("requires_dist") or ():
         try:
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if any(sp.operator in ("==", "===") and "*" not in sp.version for sp in req.specifier):
-            if req.marker is None or _applies(req.marker):
-                out.add(canonicalize_name(req.name))
-    return sorted(out)
+        if req.marker is None or _applies(req.marker):
+            out.append(req)
+    return out
 
 
 def _applies(marker: Marker) -> bool:
@@ -133,21 +131,20 @@ def _applies(marker: Marker) -> bool:
         return True
 
 
+def pins(info: dict) -> list[str]:
+    """The dependencies the latest release pins to one version (vllm: torch==2.9.0): installed into an
+    image with another version, pip downloads the pinned one too."""
+    return sorted({canonicalize_name(r.name) for r in _applying(info)
+                   if any(sp.operator in ("==", "===") and "*" not in sp.version for sp in r.specifier)})
+
+
 def deps(info: dict, files: list[dict]) -> list[str] | None:
     """The unconditional dependencies; None when they are not known: a release of sdists only, whose
     setup.py may declare them when it runs (PyPI's requires_dist is empty then). A release with a
     wheel has them in its metadata (none listed: none)."""
     if not any(f["filename"].endswith(".whl") for f in files) and not info.get("requires_dist"):
         return None
-    out = set()
-    for text in info.get("requires_dist") or ():
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.marker is None or _applies(req.marker):
-            out.add(canonicalize_name(req.name))
-    return sorted(out)
+    return sorted({canonicalize_name(r.name) for r in _applying(info)})
 
 
 def main() -> int:
@@ -165,7 +162,7 @@ def main() -> int:
         while todo and len(table) < args.max:
             batch = sorted(todo)
             todo = set()
-            for name, data in zip(batch, pool.map(fetch, batch)):
+            for name, data in zip(batch, pool.map(fetch, batch), strict=True):
                 if data is None:
                     missing.add(name)
                     continue

@@ -46,24 +46,16 @@ def closure(names: Iterable[str]) -> set[str] | None:
     """``names`` and every dependency they reach; None when one of them is not in the table, has
     dependencies the table does not know, or comes as an sdist only (the wheel pip builds from it and
     caches can be anything: flash-attn's is hundreds of MB)."""
-    table = wheels()
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        w = table.get(name)
-        if w is None or w.deps is None or w.sdist:
-            return None
-        seen.add(name)
-        todo.extend(w.deps)
-    return seen
+    return _walk(names, strict=True)
 
 
 def known_closure(names: Iterable[str]) -> set[str]:
     """What ``names`` reach through the table, stopping at what it does not know (for what an
     earlier install brought: the part the table knows is there for certain)."""
+    return _walk(names, strict=False) or set()
+
+
+def _walk(names: Iterable[str], strict: bool) -> set[str] | None:
     table = wheels()
     seen: set[str] = set()
     todo = list(names)
@@ -71,8 +63,10 @@ def known_closure(names: Iterable[str]) -> set[str]:
         name = todo.pop()
         if name in seen:
             continue
-        seen.add(name)
         w = table.get(name)
+        if strict and (w is None or w.deps is None or w.sdist):
+            return None
+        seen.add(name)
         if w is not None and w.deps is not None:
             todo.extend(w.deps)
     return seen
