@@ -1143,6 +1143,20 @@ _AUTOMATIC_ARGS = frozenset({"TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGET
 _FROM_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\}|:?[-+?][^}]*\}|)")
 
 
+def _arg_empty(name: str, raws: Mapping[str, str | None], depth: int = 0) -> bool:
+    """Whether a global ARG is empty, or incomplete, in a build without --build-arg: never declared,
+    declared with no default (or an empty one), or its default uses such an argument
+    (`ARG BASE=nvcr.io/nvidia/pytorch:${TAG}` with TAG unset). BuildKit's automatic platform arguments
+    always have a value (`ARG FLAVOR=${TARGETARCH}` is set)."""
+    if name in _AUTOMATIC_ARGS:
+        return False
+    raw = raws.get(name)
+    if raw is None or not raw.strip("\"'") or depth > 8:
+        return True
+    return any(not m.group(2).startswith((":-", "-")) and _arg_empty(m.group(1), raws, depth + 1)
+               for m in _FROM_VAR.finditer(raw))
+
+
 def _needed_stages(df: Dockerfile, final: Stage) -> list[Stage]:
     """The stages a build of the final stage builds: its chain and, transitively, the chains of the
     stages their COPY/ADD --from name (BuildKit skips the others)."""
@@ -1163,13 +1177,15 @@ def _needed_stages(df: Dockerfile, final: Stage) -> list[Stage]:
 @rule(
     "KL045",
     "from-arg-without-default",
-    "warning",
+    "info",
     "The base image of a stage the image needs comes from a build argument with no default",
     why=(
         "`FROM ${BASE_IMAGE}` (or `nvcr.io/nvidia/pytorch:${TAG}`) with no default for the argument "
         "expands to an empty or incomplete reference when the build is run without `--build-arg`: "
         "`docker build .` stops at once (\"base name should not be blank\", \"invalid reference format\"). "
-        "The Dockerfile cannot be built as written, and nothing in it says which image it was made for."
+        "The Dockerfile cannot be built as written, and nothing in it says which image it was made for. "
+        "Info: projects whose build tooling always passes the argument (a Makefile, a bake file, a build "
+        "script) are fine, and the file cannot show that."
     ),
     source="Docker build checks, InvalidDefaultArgInFrom (docs.docker.com/reference/build-checks/)",
     fix="Give the argument a default that builds (ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:24.08-py3) before the FROM.",
@@ -1181,13 +1197,13 @@ def from_arg_without_default(ctx: Context) -> Iterator[Hit]:
     for st in _needed_stages(df, ctx.final_chain[-1]):
         if st.parent is not None or st.resolved_image is not None or "$" not in st.image:
             continue
+        raws = {k: v for ins in df.preamble if ins.keyword == "ARG" for k, v in arg_pairs(ins)}
         missing = [m.group(1) for m in _FROM_VAR.finditer(st.image)
-                   if m.group(1) not in _AUTOMATIC_ARGS and not m.group(2).startswith((":-", "-"))
-                   and df.global_args.get(m.group(1)) is None]
+                   if not m.group(2).startswith((":-", "-")) and _arg_empty(m.group(1), raws)]
         if not missing:
             continue
         name = missing[0]
-        raw = next((v for ins in df.preamble if ins.keyword == "ARG" for k, v in arg_pairs(ins) if k == name), None)
+        raw = raws.get(name)
         if name not in df.global_args:
             why = f"{name} is never declared"
         elif raw:
