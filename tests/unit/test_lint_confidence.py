@@ -144,3 +144,12 @@ def test_bare_packages_a_pytorch_image_has_are_already_satisfied() -> None:
     base = "FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime\n"
     assert _find(base + "RUN pip install numpy pillow\n", "KL002") == []
     assert [s for _, s, _ in _find(base + "RUN pip install -U numpy\n", "KL002")] == ["info"]  # ~16 MB
+
+
+def test_an_unquoted_lower_bound_is_info_only_when_its_own_command_upgrades() -> None:
+    head = "FROM python:3.11-slim\n"
+    assert [s for _, s, _ in _find(head + "RUN pip install -U packaging>=24.0\n", "KL029")] == ["info"]
+    # the -U of the next command does not upgrade this one
+    found = _find(head + "RUN pip install packaging>=24.0 && pip install -U wheel\n", "KL029")
+    assert [s for _, s, _ in found] == ["warning"]
+    assert [s for _, s, _ in _find(head + "RUN pip install numpy<=2.0\n", "KL029")] == ["error"]

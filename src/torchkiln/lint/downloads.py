@@ -78,9 +78,10 @@ class Download:
     named: tuple[tuple[str, float], ...]  # the packages the command names that it downloads, largest first
 
 
-#: packages built against one torch release (torchvision and torchaudio, the CUDA extensions of
-#: knowledge/extensions.toml): installed into an image that has torch, each release wants its own
-#: torch, and pip replaces the image's with it when they differ, so what is downloaded is not known
+#: packages built against one torch release (torchvision and torchaudio, and CUDA extensions whose
+#: wheels are tied to a torch release: most of knowledge/extensions.toml's, PyG's, the serving
+#: engines'): installed into an image that has torch, each release wants its own torch, and pip
+#: replaces the image's with it when they differ, so what is downloaded is not known
 TORCH_BOUND = frozenset({"torchvision", "torchaudio", "xformers", "flash-attn", "flash-attn-3", "apex",
                          "mmcv", "mmcv-full", "torch-scatter", "torch-sparse", "torch-cluster", "pyg-lib",
                          "torch-spline-conv", "detectron2", "pytorch3d", "kaolin", "vllm", "sglang",

@@ -8,6 +8,7 @@ findings, applies configuration and inline suppressions.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -274,8 +275,13 @@ _CACHES = {
 }
 
 
+def _inst_env(inst: Install) -> dict[str, str | None]:
+    """The environment an install runs with: the RUN's, then the command's own `NAME=value` prefixes."""
+    return {**inst.env, **inst.command.assigned()}
+
+
 def _cache_ok(inst: Install, step: Step) -> bool:
-    env = {**inst.env, **inst.command.assigned()}
+    env = _inst_env(inst)
     if _cache_cleared(step, inst) or inst.tool not in _CACHES:
         return True
     cache = _CACHES[inst.tool]
@@ -477,7 +483,7 @@ def _unknown_base(ctx: Context, step: Step) -> str | None:
 def _uv_copies(inst: Install, step: Step) -> bool:
     """uv copies files out of its cache (instead of hard-linking them) with `--link-mode copy` or
     UV_LINK_MODE=copy; then the cache is a second copy in the layer."""
-    env = {**inst.env, **inst.command.assigned()}
+    env = _inst_env(inst)
     mode = (inst.values("--link-mode") or (env.get("UV_LINK_MODE") or "",))[-1]
     return (mode or "").strip("\"'").lower() == "copy"
 
@@ -511,6 +517,21 @@ def _downloads_nothing_cached(inst: Install) -> bool:
 _PYTORCH_IMAGE = re.compile(r"^(docker\.io/)?pytorch/pytorch(:|$)")
 
 
+def _shipped_by_base(base: str | None) -> set[str]:
+    """The Python packages an image that ships torch has installed: torch and setuptools everywhere,
+    numpy on NGC's and Jetson's (which install it beside torch), and pytorch/pytorch's conda
+    environment (`conda install python cmake pyyaml numpy ipython`, then torch, torchvision, which
+    brings pillow, and torchaudio: the pytorch/pytorch Dockerfile). Empty for other images."""
+    if not base_ships_torch(base):
+        return set()
+    shipped = {"torch", "setuptools"}
+    if NGC_PYTORCH.match(base or "") or "l4t-pytorch" in (base or ""):
+        shipped.add("numpy")
+    if _PYTORCH_IMAGE.match(base or ""):
+        shipped |= {"numpy", "pyyaml", "ipython", "torchvision", "torchaudio", "pillow"}
+    return shipped
+
+
 def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
     """`pip install setuptools` (bare names, no -U / --force-reinstall / -I) of packages pip already
     has: pip itself always, setuptools and wheel when the stage chain apt-installed python3-pip
@@ -523,16 +544,7 @@ def _already_satisfied(ctx: Context, step: Step, inst: Install) -> bool:
         return False
     if not all(r.kind == "name" and re.fullmatch(r"[A-Za-z0-9._-]+", r.text) for r in inst.reqs):
         return False
-    have = {"pip"}
-    base = ctx.df.base_image(step.stage)
-    if base_ships_torch(base):
-        have |= {"torch", "setuptools"}
-        if NGC_PYTORCH.match(base or "") or "l4t-pytorch" in (base or ""):
-            have.add("numpy")
-        if _PYTORCH_IMAGE.match(base or ""):
-            # pytorch/pytorch's conda environment: `conda install python cmake pyyaml numpy ipython`,
-            # then torch, torchvision (which brings pillow) and torchaudio (pytorch/pytorch Dockerfile)
-            have |= {"numpy", "pyyaml", "ipython", "torchvision", "torchaudio", "pillow"}
+    have = {"pip"} | _shipped_by_base(ctx.df.base_image(step.stage))
     chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
         if st.stage.index in chain and st.ins.line <= step.ins.line:
@@ -561,6 +573,10 @@ _LIGHT_TREES = frozenset(
 )  # fmt: skip
 
 
+#: pip's and uv's options that take packages from another index than PyPI (or a folder of wheels)
+_OTHER_INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--index", "--default-index")
+
+
 def _install_download(ctx: Context, step: Step, inst: Install) -> Download | None:
     """What a pip (or uv) install of package names downloads, from knowledge/wheels.toml: the
     closure of what it names less what the stage chain has by then (the base image's Python
@@ -572,8 +588,8 @@ def _install_download(ctx: Context, step: Step, inst: Install) -> Download | Non
         return None
     if any(r.kind != "name" or not r.name or "[" in r.text for r in inst.reqs):
         return None
-    env = {**inst.env, **inst.command.assigned()}
-    if inst.has("--index-url", "--extra-index-url", "--index", "--default-index", "--find-links", "--pre") or any(
+    env = _inst_env(inst)
+    if inst.has(*_OTHER_INDEX_OPTIONS, "--pre") or any(
             env.get(v) for v in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_INDEX_URL",
                                  "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_DEFAULT_INDEX")):
         return None  # another index's files (PyTorch's CUDA wheels, a nightly): not PyPI's sizes
@@ -587,15 +603,7 @@ def _install_download(ctx: Context, step: Step, inst: Install) -> Download | Non
 def _has_before(ctx: Context, step: Step, inst: Install) -> set[str]:
     """The Python packages the stage chain has before ``inst`` (as far as the file shows)."""
     assert ctx.df is not None
-    have = {"pip", "setuptools", "wheel"}
-    base = ctx.df.base_image(step.stage) or ""
-    if base_ships_torch(base):
-        shipped = {"torch"}
-        if NGC_PYTORCH.match(base) or "l4t-pytorch" in base:
-            shipped.add("numpy")
-        if _PYTORCH_IMAGE.match(base):
-            shipped |= {"numpy", "pyyaml", "ipython", "torchvision", "torchaudio", "pillow"}
-        have |= known_closure(shipped)
+    have = {"pip", "setuptools", "wheel"} | known_closure(_shipped_by_base(ctx.df.base_image(step.stage)))
     for other in _installs_before(ctx, step, inst):
         if other.tool in ("pip", "uv", "conda", "poetry"):
             have |= known_closure(other.names)
@@ -2221,8 +2229,7 @@ def _ngc_constraints(image: str) -> bool | None:
 def _constrained(inst: Install) -> bool:
     if inst.has("--constraint", "--constraints", "--no-deps"):
         return True
-    env = {**inst.env, **inst.command.assigned()}
-    return _env_has(env, _constraint_var(inst))
+    return _env_has(_inst_env(inst), _constraint_var(inst))
 
 
 @rule(
@@ -2330,8 +2337,8 @@ _PY38_OS = re.compile(r"-(ubuntu2[0-9]\.04|rockylinux9|ubi9)$")
 def _unpinned_pypi_torch(inst: Install) -> bool:
     """A pip/uv install of torch with no upper bound, from the default index only (no index or wheel
     folder options, no constraints file)."""
-    if inst.has("--index-url", "--extra-index-url", "--find-links", "--index", "--default-index", "--constraint",
-                "--requirement", "--no-index") or {**inst.env, **inst.command.assigned()}.get("PIP_CONSTRAINT"):
+    if inst.has(*_OTHER_INDEX_OPTIONS, "--constraint", "--requirement", "--no-index") or _inst_env(inst).get(
+            "PIP_CONSTRAINT"):
         return False
     return any(r.name == "torch" and _UNBOUNDED_TORCH.fullmatch(r.text.strip().strip("\"'")) for r in inst.reqs)
 
@@ -2797,8 +2804,9 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                 if nxt.kind == "word" and nxt.start == t.end and nxt.raw.startswith("="):
                     prev = toks[i - 1].text if i and toks[i - 1].end == t.start else ""
                     spec = f"{prev}{t.text}{nxt.raw}"
-                    rest = [x.text for x in toks[i + 2:] if x.kind == "word"]
-                    upgraded = any(w in ("-U", "--upgrade") for w in words + rest[:40])
+                    rest = [x.text for x in itertools.takewhile(lambda x: x.kind != "op", toks[i + 2:])
+                            if x.kind == "word"]  # the rest of this command, up to the next operator
+                    upgraded = any(w in ("-U", "--upgrade") for w in words + rest)
                     severity: Severity | None
                     if t.text == "<":
                         what, severity = "the command fails: the shell finds no such file to read", None

@@ -1086,7 +1086,8 @@ def global_arg_not_redeclared(ctx: Context) -> Iterator[Hit]:
 # ---------------------------------------------------------------------------------------------
 # KL044: a base image whose tag NVIDIA deleted
 
-_NVIDIA_CUDA_IMAGE = re.compile(r"^((docker\.io/)?nvidia|nvcr\.io/nvidia)/cuda:(\d+\.\d+(?:\.\d+)?)(-[^@]*)?$", re.I)
+#: the tag of an nvidia/cuda image (after `_NVIDIA_CUDA`): its CUDA version and the rest (-cudnn8-devel-ubuntu20.04)
+_CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)(-[^@]*)?")
 
 
 @rule(
@@ -1118,16 +1119,18 @@ def base_image_deleted(ctx: Context) -> Iterator[Hit]:
     for st in ctx.df.stages:
         if st.parent is not None or not st.resolved_image:
             continue
-        m = _NVIDIA_CUDA_IMAGE.match(st.resolved_image)
-        if m is None or m.group(3) not in deleted:
+        repo = _NVIDIA_CUDA.match(st.resolved_image)
+        m = _CUDA_TAG.fullmatch(st.resolved_image[repo.end():]) if repo else None
+        if m is None or m.group(1) not in deleted:
             continue
-        use, _source = deleted[m.group(3)]
-        instead = (f"the tags of the last {use.rsplit('.', 1)[0]} patch were kept: nvidia/cuda:{use}{m.group(4) or ''}"
-                   if use else f"no CUDA {m.group(3).split('.')[0]}.x tag remains")
+        version = m.group(1)
+        use, _source = deleted[version]
+        instead = (f"the tags of the last {use.rsplit('.', 1)[0]} patch were kept: nvidia/cuda:{use}{m.group(2) or ''}"
+                   if use else f"no CUDA {version.split('.')[0]}.x tag remains")
         shown = st.image if st.image == st.resolved_image else f"{st.image} (= {st.resolved_image})"
         yield Hit(
             st.line,
-            f"FROM {shown}: NVIDIA deleted the CUDA {m.group(3)} tags from Docker Hub and NGC (end of life, July "
+            f"FROM {shown}: NVIDIA deleted the CUDA {version} tags from Docker Hub and NGC (end of life, July "
             f"2023), so the build stops here with \"not found\"; {instead}",
             stage=st.label,
         )
@@ -1194,10 +1197,10 @@ def from_arg_without_default(ctx: Context) -> Iterator[Hit]:
     df = ctx.df
     if df is None or not ctx.final_chain:
         return
+    raws = {k: v for ins in df.preamble if ins.keyword == "ARG" for k, v in arg_pairs(ins)}  # as written
     for st in _needed_stages(df, ctx.final_chain[-1]):
         if st.parent is not None or st.resolved_image is not None or "$" not in st.image:
             continue
-        raws = {k: v for ins in df.preamble if ins.keyword == "ARG" for k, v in arg_pairs(ins)}
         missing = [m.group(1) for m in _FROM_VAR.finditer(st.image)
                    if not m.group(2).startswith((":-", "-")) and _arg_empty(m.group(1), raws)]
         if not missing:
@@ -1303,6 +1306,8 @@ _EOL_REPOS = (
      "its CUDA apt repository is signed with the key NVIDIA rotated to in April 2022, which the image lacks",
      "NO_PUBKEY A4B469963BF863CC ... is no longer signed", _NVIDIA_KEY_FIXED),
 )
+
+
 @rule(
     "KL047",
     "eol-distro-repositories",
