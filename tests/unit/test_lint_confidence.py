@@ -147,9 +147,27 @@ def test_bare_packages_a_pytorch_image_has_are_already_satisfied() -> None:
 
 
 def test_an_unquoted_lower_bound_is_info_only_when_its_own_command_upgrades() -> None:
-    head = "FROM python:3.11-slim\n"
+    head = "FROM myorg/base:1\n"  # a project's image: an older packaging may be installed
     assert [s for _, s, _ in _find(head + "RUN pip install -U packaging>=24.0\n", "KL029")] == ["info"]
     # the -U of the next command does not upgrade this one
     found = _find(head + "RUN pip install packaging>=24.0 && pip install -U wheel\n", "KL029")
     assert [s for _, s, _ in found] == ["warning"]
     assert [s for _, s, _ in _find(head + "RUN pip install numpy<=2.0\n", "KL029")] == ["error"]
+
+
+def test_an_unquoted_lower_bound_is_info_when_nothing_installed_the_package_before() -> None:
+    """On a bare image pip takes the newest release, which meets the bound; the bound matters when an
+    older release can be there: installed by name earlier, by apt, by a requirements file, or by the
+    base (setuptools in python:3.X, numpy in pytorch/pytorch, anything in NGC's image)."""
+    head = "FROM python:3.11-slim\n"
+    sev = lambda text: [s for _, s, _ in _find(text, "KL029")]  # noqa: E731
+    assert sev(head + "RUN pip install numpy>=1.24\n") == ["info"]
+    assert sev(head + "RUN pip install numpy==1.21\nRUN pip install numpy>=1.24\n") == ["warning"]
+    assert sev(head + "RUN pip install -r requirements.txt\nRUN pip install numpy>=1.24\n") == ["warning"]
+    assert sev(head + "RUN pip install setuptools>=70\n") == ["warning"]
+    apt = "FROM ubuntu:22.04\nRUN apt-get update && apt-get install -y python3-pip python3-numpy\n"
+    assert sev(apt + "RUN pip install numpy>=1.24\n") == ["warning"]
+    assert sev(apt.replace(" python3-numpy", "") + "RUN pip install numpy>=1.24\n") == ["info"]
+    assert sev("FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime\nRUN pip install numpy>=1.24\n") == ["warning"]
+    assert sev("FROM nvcr.io/nvidia/pytorch:24.08-py3\nRUN pip install einops>=0.8\n") == ["warning"]
+    assert sev(head + "RUN conda install numpy>=1.24\n") == ["warning"]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeGuard
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.config import Severity
@@ -28,7 +29,7 @@ from torchkiln.lint.context import (
     iter_commands,
 )
 from torchkiln.lint.downloads import Download, download, known_closure
-from torchkiln.lint.model import FileKind, Instruction, Stage, arg_pairs, env_pairs, substitute
+from torchkiln.lint.model import FileKind, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.shell import Command, Install, Req, Token, split_assignment, tokenize
 
 
@@ -2768,6 +2769,63 @@ def bash_syntax_error(text: str) -> str | None:
 
 
 _INSTALLERS = ("pip", "pip3", "uv", "conda", "mamba", "micromamba")
+_CONDA_INSTALLERS = ("conda", "mamba", "micromamba")
+#: images whose Python (if any) has no packages beyond pip, setuptools and wheel: an OS, a CUDA or
+#: a python:3.X image. On another base (NGC, a project's own image) an older release may be there.
+_BARE_BASE = re.compile(
+    r"^(?:docker\.io/)?(?:library/)?(?:ubuntu|debian|python|centos|rockylinux|almalinux|fedora|alpine|"
+    r"amazonlinux|(?:nvcr\.io/)?nvidia/cuda|nvidia/cudagl)(?::|@|$)"
+)
+
+
+def _absent_before(ctx: Context, sn: Snippet, name: str) -> bool:
+    """Nothing installs the package ``name`` before the RUN of ``sn``: the stage chain's root is a
+    bare image (or pytorch/pytorch, whose packages are known) and no earlier install in the chain
+    can have brought it (an install of it by name, a requirements file or local tree, an apt
+    python3- package other than pip's own). False when that cannot be known (a script, an NGC or
+    project base, an unresolved name)."""
+    if ctx.df is None or sn.instruction is None or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        return False
+    step = next((st for st in ctx.steps if st.ins is sn.instruction), None)
+    base = ctx.df.base_image(step.stage) if step is not None else None
+    if step is None or base is None:
+        return False
+    key = canonicalize_name(name)
+    if _BARE_BASE.match(base):
+        shipped = {"pip", "setuptools", "wheel"}
+    elif _PYTORCH_IMAGE.match(base):
+        shipped = _shipped_by_base(base) | {"pip", "wheel"}
+    else:
+        return False
+    if key in shipped:
+        return False
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    for st in ctx.steps:
+        if st.stage.index not in chain or st.ins.line >= step.ins.line:
+            continue
+        for other in st.installs:
+            if other.tool == "apt":
+                if any(_apt_python_package(r.text) for r in other.reqs):
+                    return False
+            elif key in other.names or other.has("-r", "--requirement") or any(
+                r.kind not in ("name", "wheel") for r in other.reqs
+            ):
+                return False
+    return True
+
+
+#: Debian/Ubuntu python3- packages that bring no library a pip requirement could name
+_APT_PYTHON_TOOLING = frozenset(
+    {"python3-pip", "python3-dev", "python3-venv", "python3-setuptools", "python3-wheel", "python3-distutils",
+     "python3-minimal", "python3-full", "python3-tk", "python-is-python3", "python3-all", "python3-apt"}
+)
+
+
+def _apt_python_package(text: str) -> bool:
+    pkg = text.split("=", 1)[0]
+    return pkg.startswith(("python3-", "python-")) and pkg not in _APT_PYTHON_TOOLING and not re.fullmatch(
+        r"python3?(\.\d+)?-(dev|venv|distutils|minimal|pip)", pkg
+    )
 
 
 @rule(
@@ -2779,7 +2837,9 @@ _INSTALLERS = ("pip", "pip3", "uv", "conda", "mamba", "micromamba")
         "In `pip install flash-attn>=2.0` the shell reads `>` as a redirection: pip installs any "
         "flash-attn (the newest, or an older one already installed, or whatever the resolver picks) and "
         "its output goes to a file named '=2.0'. The build succeeds, the constraint is silently gone: a "
-        "warning, and info with --upgrade (the newest release meets a lower bound). `<=` reads a file "
+        "warning, and info with --upgrade or when nothing before the command can have installed the "
+        "package (on an OS, CUDA or python:3.X base pip takes the newest release, which meets a lower "
+        "bound). `<=` reads a file "
         "named '=...' instead, and the command fails: an error."
     ),
     source="GNU Bash manual, 'Redirections'; pip docs 'Requirement Specifiers' (quote specifiers in a shell)",
@@ -2813,6 +2873,11 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                     elif upgraded:
                         what = ("the lower bound is lost, but --upgrade installs the newest release, which "
                                 "meets it: only a stray file is left")
+                        severity = "info"
+                    elif not any(w.rsplit("/", 1)[-1] in _CONDA_INSTALLERS for w in words) and _absent_before(ctx, sn, prev):
+                        what = ("the lower bound is lost, but nothing before this command installs "
+                                f"{prev}, so pip takes its newest release, which meets it (unless another "
+                                "requirement holds it back): a stray file is left")
                         severity = "info"
                     else:
                         what = ("the lower bound is lost: pip keeps an older release already installed, or "
