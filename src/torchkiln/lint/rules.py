@@ -227,8 +227,15 @@ def _removed_later(step: Step, inst: Install, path: str | None) -> bool:
     if not path:
         return False
     path = path.rstrip("/")
-    return any(cmd.name == "rm" and any(_same_dir(w.text, path) for w in cmd.words[1:])
-               for cmd in _commands_after(step, inst))
+    later = False
+    for cmd, env, _cwd in step.commands:
+        if cmd is inst.command:
+            later = True
+        elif later and cmd.name == "rm":
+            # `rm -rf $POETRY_CACHE_DIR`: a variable the RUN's environment sets is expanded first
+            if any(_same_dir(substitute(w.text, env) or w.text, path) for w in cmd.words[1:]):
+                return True
+    return False
 
 
 #: `~`, `$HOME` or `${HOME}` at the start of an rm argument, and the home folder a cache path starts in
