@@ -2351,6 +2351,51 @@ def _unpinned_pypi_torch(inst: Install) -> bool:
     return any(r.name == "torch" and _UNBOUNDED_TORCH.fullmatch(r.text.strip().strip("\"'")) for r in inst.reqs)
 
 
+#: the system python3 of the OS of an nvidia/cuda tag (Ubuntu and Rocky/UBI packages)
+_OS_PYTHON = {"ubuntu20.04": "3.8", "ubuntu22.04": "3.10", "ubuntu24.04": "3.12", "rockylinux9": "3.9", "ubi9": "3.9"}
+_TORCH_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata", "xformers", "torch-tensorrt"})
+
+
+def _os_python(ctx: Context, step: Step) -> str | None:
+    """The stage's Python when it is the OS's own python3 of an nvidia/cuda image: nothing in the chain
+    before brings another one (conda, pyenv, deadsnakes, uv python, a python3.X other than the OS's)."""
+    assert ctx.df is not None
+    _repo, tag, _ = image_tag(ctx.df.base_image(step.stage) or "")
+    m = re.search(r"-(ubuntu\d\d\.04|rockylinux9|ubi9)$", tag or "")
+    py = _OS_PYTHON.get(m.group(1)) if m else None
+    if py is None:
+        return None
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    text = " ".join(sn.text for st in ctx.steps if st.stage.index in chain and st.ins.line <= step.ins.line
+                    for sn in st.snippets)
+    if re.search(r"conda|mamba|pyenv|deadsnakes|uv\s+python|uv\s+venv\s+.*--python", text, re.I):
+        return None
+    if any(v != py for v in re.findall(r"python(3\.\d+)", text)):
+        return None
+    return py
+
+
+def _companion_pinned(inst: Install) -> bool:
+    """A torch companion pinned in the same command (torchvision==0.20.1) holds torch back to its release."""
+    return any(r.name in _TORCH_COMPANIONS and re.search(r"==|<|~=", r.text) for r in inst.reqs)
+
+
+def _newest_pypi_torch(python: str) -> tuple[str, str] | None:
+    """The newest torch with an x86_64 wheel on the default index for CPython ``python``, and the CUDA
+    variant that wheel is (knowledge/torch.toml): what `pip install torch` resolves to today."""
+    from torchkiln.knowledge import load_knowledge
+
+    best: tuple[str, str] | None = None
+    for rel in load_knowledge().releases:
+        plat = rel.on("x86_64")
+        if plat is None or python in plat.python_index_only:
+            continue
+        for patch in rel.patches:
+            if python in plat.pythons(patch) and (best is None or Version(patch) > Version(best[0])):
+                best = (patch, plat.default_cuda)
+    return best
+
+
 def _system_python_38_or_newer(ctx: Context, step: Step) -> bool:
     """The stage's Python is the OS's own, 3.8 or newer: an Ubuntu 20.04+ / EL9 CUDA image, and nothing
     in the chain before installs another Python (conda, pyenv, deadsnakes, uv python)."""
@@ -2456,6 +2501,13 @@ def torch_toolkit_mismatch(ctx: Context) -> Iterator[Hit]:
                     ctx, step):
                 # PyPI's torch for Python 3.8+ is 2.4.1 at least, and every release since 2.1 there is CUDA 12+
                 got, major = (12, "an unpinned torch from PyPI"), "12 or newer"
+            elif got is None and _unpinned_pypi_torch(inst) and not _companion_pinned(inst) and (
+                    py := _os_python(ctx, step)) and (newest := _newest_pypi_torch(py)):
+                version, cuda = newest
+                if cuda != "cpu":
+                    got = (int(cuda.split(".")[0]), f"an unpinned torch from PyPI (today torch {version}, the "
+                           f"newest release for the image's Python {py}, whose default build is CUDA {cuda})")
+                    major = str(got[0])
             if got is not None and got[0] != toolkit[0]:
                 yield Hit(
                     inst.line,
