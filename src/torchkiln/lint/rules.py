@@ -2501,7 +2501,7 @@ def torch_toolkit_mismatch(ctx: Context) -> Iterator[Hit]:
                     ctx, step):
                 # PyPI's torch for Python 3.8+ is 2.4.1 at least, and every release since 2.1 there is CUDA 12+
                 got, major = (12, "an unpinned torch from PyPI"), "12 or newer"
-            elif got is None and _unpinned_pypi_torch(inst) and not _companion_pinned(inst) and (
+            elif got is None and inst.tool == "pip" and _unpinned_pypi_torch(inst) and not _companion_pinned(inst) and (
                     py := _os_python(ctx, step)) and (newest := _newest_pypi_torch(py)):
                 version, cuda = newest
                 if cuda != "cpu":
