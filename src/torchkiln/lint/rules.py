@@ -2933,7 +2933,8 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                         what = ("the lower bound is lost, but --upgrade installs the newest release, which "
                                 "meets it: only a stray file is left")
                         severity = "info"
-                    elif not any(w.rsplit("/", 1)[-1] in _CONDA_INSTALLERS for w in words) and _absent_before(ctx, sn, prev):
+                    elif not any(w.rsplit("/", 1)[-1] in _CONDA_INSTALLERS for w in words) and _absent_before(
+                            ctx, sn, prev):
                         what = ("the lower bound is lost, but nothing before this command installs "
                                 f"{prev}, so pip takes its newest release, which meets it (unless another "
                                 "requirement holds it back): a stray file is left")
