@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from torchkiln.errors import InputError
 from torchkiln.lint.config import LintConfig, Severity, Suppressions, severity_rank
-from torchkiln.lint.context import build_context
+from torchkiln.lint.context import Context, build_context, skipped_by_default
 from torchkiln.lint.model import (
     DEFINITION_NAME,
     DOCKERFILE_NAME,
@@ -110,7 +110,35 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
                     stage=hit.stage,
                 )
             )
+    if ctx.df is not None:
+        out = _default_build_skips(out, ctx, config)
     out.sort(key=lambda f: (f.line, f.rule))
+    return out
+
+
+#: rules about the text itself, which the shell reads whatever branch runs
+_TEXT_RULES = frozenset({"KL028", "KL030"})
+
+
+def _default_build_skips(findings: list[Finding], ctx: Context, config: LintConfig) -> list[Finding]:
+    """A finding on a RUN line that a build with the Dockerfile's default arguments skips (an
+    ``if [ "$USE_GPU" = "True" ]`` branch with no such default) is about a build the file only makes
+    with ``--build-arg``: it is reported at info, saying so (a ``[severity]`` setting still wins)."""
+    skipped = skipped_by_default(ctx)
+    if not skipped:
+        return findings
+    out = []
+    for f in findings:
+        hit = skipped.get(f.line)
+        if hit is None or f.rule in _TEXT_RULES:
+            out.append(f)
+            continue
+        guard, test = hit
+        note = (f" (a build with the file's default ARG and ENV values skips this command: `{test}` is "
+                f"{'false' if guard.holds else 'true'} with them; it runs only with other values, given by "
+                "--build-arg)")
+        severity = config.severity.get(f.rule, "info")
+        out.append(replace(f, message=f.message + note, severity=severity))
     return out
 
 

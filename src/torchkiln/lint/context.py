@@ -28,7 +28,7 @@ from torchkiln.lint.model import (
     env_pairs,
     substitute,
 )
-from torchkiln.lint.shell import Command, Install, recognize, walk
+from torchkiln.lint.shell import Command, Guard, Install, evaluate_test, recognize, walk
 
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio"})
 TorchState = Literal["yes", "no", "unknown"]
@@ -314,3 +314,63 @@ def iter_commands(ctx: Context) -> Iterator[tuple[Command, Snippet]]:
     for sn in ctx.snippets:
         for c in commands(sn):
             yield c, sn
+
+
+#: the arguments BuildKit sets itself on every build (Dockerfile reference, "Automatic platform ARGs in
+#: the global scope"): their value is the platform's, not known from the file
+AUTOMATIC_ARGS = frozenset({"TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM",
+                            "BUILDOS", "BUILDARCH", "BUILDVARIANT"})
+#: commands that do nothing a rule reports on (the tests themselves, messages, `|| true`)
+_NOT_A_STEP = frozenset({"[", "[[", "test", "echo", "printf", "true", "false", ":", "exit"})
+_VAR_WORD = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def skipped_by_default(ctx: Context) -> dict[int, tuple[Guard, str]]:
+    """The RUN lines a build with the Dockerfile's default arguments does not run: every command on
+    the line sits in an `if [ ... ]` branch or after a `[ ... ] &&` (or `||`) whose test the values
+    of the ARG defaults and ENVs decide against (`ARG USE_GPU` with no default: `[ "$USE_GPU" =
+    "True" ]` is false). Each line maps to the guard that skips it and the test's text. A variable
+    the shell may set (an assignment, `read`, `for`), a secret's environment, BuildKit's platform
+    arguments, or one the file does not declare (a base image's ENV) leaves the test unknown."""
+    out: dict[int, tuple[Guard, str]] = {}
+    ran: set[int] = set()
+    for step in ctx.steps:
+        text = "\n".join(sn.text for sn in step.snippets)
+        unknown = set(AUTOMATIC_ARGS) | {m.options["env"] for m in step.ins.mounts
+                                         if m.type == "secret" and m.options.get("env")}
+        for cmd, env, _cwd in step.commands:
+            if not cmd.words or cmd.name in _NOT_A_STEP:
+                continue
+            skip = next((g for g in cmd.guards if g.test is not None
+                         and evaluate_test(g.test, _Reader(env, unknown, text)) is (not g.holds)), None)
+            if skip is None:
+                ran.add(cmd.line)
+            else:
+                assert skip.test is not None
+                out.setdefault(cmd.line, (skip, " ".join(t.raw for t in skip.test)))
+    return {line: v for line, v in out.items() if line not in ran}
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """A test's words with the build's default values: a literal as it is, ``$NAME`` an ARG or ENV of
+    the file (an ARG with no default: empty); None when not known."""
+
+    env: Mapping[str, str | None]
+    unknown: set[str]
+    text: str  # the RUN's shell text: a name it assigns, reads or loops over is not known
+
+    def __call__(self, word: str) -> str | None:
+        if "$" not in word and "`" not in word:
+            return word
+        m = _VAR_WORD.fullmatch(word)
+        if m is None:
+            return None
+        name = m.group(1)
+        set_here = rf"(^|[\s;&|(]){name}=|\bread\b[^\n;&|]*\b{name}\b|\bfor\s+{name}\b"
+        if name in self.unknown or name not in self.env or re.search(set_here, self.text):
+            return None
+        value = self.env[name]
+        if value is None:
+            return ""
+        return None if "$" in value or "`" in value else value

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from torchkiln.lint.context import Context, Step, base_ships_torch
+from torchkiln.lint.context import AUTOMATIC_ARGS, Context, Step, base_ships_torch
 from torchkiln.lint.model import Dockerfile, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
@@ -1139,10 +1139,8 @@ def base_image_deleted(ctx: Context) -> Iterator[Hit]:
 # ---------------------------------------------------------------------------------------------
 # KL045: a FROM whose image comes from a build argument with no default
 
-#: the arguments BuildKit sets itself on every build (Dockerfile reference, "Automatic platform ARGs in
-#: the global scope"): a FROM may use them without a default
-_AUTOMATIC_ARGS = frozenset({"TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM",
-                             "BUILDOS", "BUILDARCH", "BUILDVARIANT"})
+#: BuildKit's automatic platform arguments: a FROM may use them without a default
+_AUTOMATIC_ARGS = AUTOMATIC_ARGS
 _FROM_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\}|:?[-+?][^}]*\}|)")
 
 

@@ -11,8 +11,8 @@ redirections (their target word is dropped), and here-document bodies (skipped: 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -231,6 +231,17 @@ _SKIP_COMMANDS = frozenset({"fi", "done", "esac", "for", "case", "in"})
 
 
 @dataclass(frozen=True)
+class Guard:
+    """A condition a command runs under: the branch of an ``if [ ... ]`` (``holds``: the then branch;
+    not: the else branch), or the test before ``&&`` / ``||`` in its and-or list. ``test`` is the
+    test command's words (``[ "$X" = 1 ]``, ``test -n "$X"``, ``[[ ... ]]``); None for a condition
+    that is not one such test (an ``elif``, a command's exit status)."""
+
+    test: tuple[Token, ...] | None
+    holds: bool
+
+
+@dataclass(frozen=True)
 class Command:
     """One simple command: ``A=1 B=2 sudo -E pip install x`` → assignments A, B; words pip ..."""
 
@@ -238,6 +249,8 @@ class Command:
     assignments: tuple[Token, ...]
     line: int  # line of the file
     snippet: Snippet | None = None
+    #: the conditions it runs under, outermost first
+    guards: tuple[Guard, ...] = ()
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -269,7 +282,7 @@ def _commands(snippet: Snippet) -> list[Command]:
     while skip and toks and toks[0].kind == "word":
         toks.pop(0)
         skip -= 1
-    out: list[Command] = []
+    raw: list[tuple[list[Token], str]] = []  # each simple command's words and the operator after it
     cur: list[Token] = []
     drop_next = False
     for t in toks:
@@ -278,17 +291,129 @@ def _commands(snippet: Snippet) -> list[Command]:
             continue
         if t.kind == "op":
             drop_next = False
-            if cur:
-                out.extend(_make_command(cur, snippet))
+            raw.append((cur, t.text))
             cur = []
             continue
         if drop_next:
             drop_next = False
             continue
         cur.append(t)
-    if cur:
-        out.extend(_make_command(cur, snippet))
-    return out
+    raw.append((cur, ""))
+    out: list[Command] = []
+    guarded: list[Command] = []
+    tracker = _GuardTracker()
+    for words, op in raw:
+        guards = tracker.enter(words, op)
+        if words:
+            made = _make_command(words, snippet)
+            out.extend(made)
+            guarded.extend(replace(c, guards=guards) if guards else c for c in made)
+    # an `if` or loop left open is a syntax error (KL028): its branches are not known
+    return out if tracker.frames else guarded
+
+
+_TEST_COMMANDS = ("[", "[[", "test")
+
+
+class _GuardTracker:
+    """Follows ``if``/``then``/``else``/``fi``, loops, ``case`` and ``&&``/``||`` over the simple
+    commands of a snippet, for the conditions each runs under (see :class:`Guard`)."""
+
+    def __init__(self) -> None:
+        # open compound commands: [kind, test, state]; kind "if" | "loop" | "case", state for an if:
+        # "cond" (reading its condition), "then", "else"; test: the if's test words, None if unknown
+        self.frames: list[list[object]] = []
+        self.pending: list[Guard] = []  # from `[ ... ] &&` earlier in the and-or list
+        self.or_seen = False  # the and-or list so far has a `||`
+        self.conds = 0  # simple commands read in the current if condition
+
+    def enter(self, words: list[Token], op: str) -> tuple[Guard, ...]:
+        i = 0
+        while i < len(words) and not words[i].quoted and words[i].text in _COMPOUND_WORDS:
+            self._keyword(words[i].text)
+            i += 1
+        body = words[i:]
+        frame = self.frames[-1] if self.frames else None
+        is_test = bool(body) and body[0].text in _TEST_COMMANDS and not body[0].quoted
+        if frame is not None and frame[0] == "if" and frame[2] == "cond" and body:
+            self.conds += 1
+            frame[1] = tuple(body) if is_test and self.conds == 1 and op in (";", "\n") else None
+        guards = [Guard(f[1], f[2] == "then")  # type: ignore[arg-type]
+                  for f in self.frames if f[0] == "if" and f[2] != "cond"]
+        guards.extend(self.pending)
+        if op == "&&":
+            # what follows in this and-or list runs when the list so far succeeded: each test of a
+            # chain of `&&`; after a `||` that is not followed
+            if self.or_seen:
+                self.pending = [Guard(None, True)]
+            else:
+                self.pending = [*self.pending, Guard(tuple(body) if is_test else None, True)]
+        elif op == "||":
+            # ... or failed: a lone test failed; anything else is not followed
+            alone = is_test and not self.pending and not self.or_seen
+            self.pending = [Guard(tuple(body) if alone else None, False)]
+            self.or_seen = True
+        elif op != "|":
+            self.pending, self.or_seen = [], False
+        return tuple(guards)
+
+    def _keyword(self, kw: str) -> None:
+        top = self.frames[-1] if self.frames else None
+        if kw == "if":
+            self.frames.append(["if", None, "cond"])
+            self.conds = 0
+        elif top is not None and top[0] == "if" and kw in ("then", "else", "elif"):
+            if kw == "elif":  # later branches run under the earlier tests' failure too: not followed
+                top[1], top[2] = None, "cond"
+                self.conds = 2
+            else:
+                top[2] = kw
+        elif kw == "fi" and top is not None and top[0] == "if":
+            self.frames.pop()
+        elif kw in ("for", "while", "until", "select"):
+            self.frames.append(["loop", None, "body"])
+        elif kw == "case":
+            self.frames.append(["case", None, "body"])
+        elif top is not None and (kw, top[0]) in (("done", "loop"), ("esac", "case")):
+            self.frames.pop()
+
+
+_COMPOUND_WORDS = frozenset({"if", "then", "else", "elif", "fi", "for", "while", "until", "select", "do", "done",
+                             "case", "esac", "!", "{", "}", "time"})
+
+
+def evaluate_test(test: Sequence[Token], value: Callable[[str], str | None]) -> bool | None:
+    """What a test command (``[ "$X" = 1 ]``, ``test -n "$X"``, ``[[ $X == y ]]``) gives, with
+    ``value`` reading each word (None: unknown); None when the test or a word is not known."""
+    args = list(test)
+    if not args:
+        return None
+    first = args[0].text
+    if first == "[" and args[-1].text == "]" or first == "[[" and args[-1].text == "]]":
+        args = args[1:-1]
+    elif first == "test":
+        args = args[1:]
+    else:
+        return None
+    negate = False
+    if args and args[0].text == "!" and not args[0].quoted:
+        negate, args = True, args[1:]
+    texts = [a.text for a in args]
+    result: bool | None = None
+    if len(args) == 1:
+        v = value(texts[0])
+        result = None if v is None else v != ""
+    elif len(args) == 2 and texts[0] in ("-n", "-z") and not args[0].quoted:
+        v = value(texts[1])
+        result = None if v is None else (v != "") == (texts[0] == "-n")
+    elif len(args) == 3 and texts[1] in ("=", "==", "!=") and not args[1].quoted:
+        a, b = value(texts[0]), value(texts[2])
+        if a is None or b is None or (first == "[[" and not args[2].quoted and any(c in texts[2] for c in "*?[")):
+            return None  # unknown, or a [[ ]] pattern
+        result = (a == b) == (texts[1] != "!=")
+    if result is None:
+        return None
+    return not result if negate else result
 
 
 def _make_command(words: list[Token], snippet: Snippet) -> list[Command]:
