@@ -34,7 +34,12 @@ TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio"})
 TorchState = Literal["yes", "no", "unknown"]
 
 #: images that ship torch: pytorch/pytorch, NGC's PyTorch, and NVIDIA's Jetson images (l4t-pytorch, l4t-ml)
-_TORCH_BASE = re.compile(r"(^|/)(l4t-)?(pytorch|torch)[^/:]*(:|$)|nvcr\.io/nvidia/pytorch|/l4t-ml(:|$)", re.I)
+_TORCH_BASE = re.compile(
+    r"(^|/)(l4t-)?(pytorch|torch)[^/:]*(:|$)|nvcr\.io/nvidia/pytorch|/l4t-ml(:|$)"
+    # the serving engines' published images, which are built on their pinned torch
+    r"|^(docker\.io/)?(vllm/vllm-openai|lmsysorg/sglang|openmmlab/lmdeploy|rocm/vllm)(:|@|$)",
+    re.I,
+)
 #: NGC's PyTorch image; `<registry>/dl/dgx/pytorch` is NVIDIA's internal name for the same build
 #: (NVIDIA/DeepLearningExamples' Dockerfiles name gitlab-master.nvidia.com:5005/dl/dgx/pytorch)
 NGC_PYTORCH = re.compile(r"^((docker\.io/)?nvcr\.io/nvidia/pytorch|[^/]+/dl/dgx/pytorch)(:|@|$)", re.I)

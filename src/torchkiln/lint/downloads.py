@@ -76,6 +76,10 @@ def _walk(names: Iterable[str], strict: bool) -> set[str] | None:
 class Download:
     mb: float  # with the dependencies
     named: tuple[tuple[str, float], ...]  # the packages the command names that it downloads, largest first
+    #: a pinned package is counted at its largest size since 2021 (or its newest): the figure is an
+    #: upper bound, as an old release's files are often smaller (opencv-python 4.2's wheel is 28 MB,
+    #: 4.10's 74-88 MB)
+    upper: bool = False
 
 
 #: packages built against one torch release (torchvision and torchaudio, and CUDA extensions whose
@@ -108,4 +112,5 @@ def download(names: Iterable[str], have: set[str], fresh: Iterable[str] = (), pi
     fresh, pinned = set(fresh), set(pinned)
     got = sorted(((n, table[n].max_mb if n in pinned else table[n].mb) for n in reach if n not in have or n in fresh),
                  key=lambda x: -x[1])
-    return Download(round(sum(mb for _, mb in got), 1), tuple((n, mb) for n, mb in got if n in wanted))
+    upper = any(n in pinned for n, _ in got)  # a pin's own files are rarely larger than the newest
+    return Download(round(sum(mb for _, mb in got), 1), tuple((n, mb) for n, mb in got if n in wanted), upper)

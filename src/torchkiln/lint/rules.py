@@ -28,7 +28,7 @@ from torchkiln.lint.context import (
     installs_torch,
     iter_commands,
 )
-from torchkiln.lint.downloads import Download, download, known_closure
+from torchkiln.lint.downloads import TORCH_BOUND, Download, download, known_closure
 from torchkiln.lint.model import FileKind, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.shell import Command, Install, Req, Token, split_assignment, tokenize
 
@@ -583,6 +583,15 @@ _LIGHT_TREES = frozenset(
 
 #: pip's and uv's options that take packages from another index than PyPI (or a folder of wheels)
 _OTHER_INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--index", "--default-index")
+#: the options that put an index in PyPI's place (an --extra-index-url keeps PyPI)
+_REPLACING_INDEX_OPTIONS = ("--index-url", "-i", "--find-links", "-f", "--index", "--default-index", "--no-index")
+#: packages that extra indexes publish in builds of their own (PyTorch's CUDA wheels, NVIDIA's, Jetson's)
+_VARIANT_PREFIXES = ("torch", "nvidia-", "tensorrt", "jax", "tensorflow", "onnxruntime", "paddle", "cupy", "triton",
+                     "mxnet", "cuda-", "xformers", "vllm", "flash")
+
+
+def _variant_package(name: str) -> bool:
+    return name in TORCH_BOUND or name.startswith(_VARIANT_PREFIXES)
 
 
 def _install_download(ctx: Context, step: Step, inst: Install) -> Download | None:
@@ -597,10 +606,14 @@ def _install_download(ctx: Context, step: Step, inst: Install) -> Download | Non
     if any(r.kind != "name" or not r.name or "[" in r.text for r in inst.reqs):
         return None
     env = _inst_env(inst)
-    if inst.has(*_OTHER_INDEX_OPTIONS, "--pre") or any(
-            env.get(v) for v in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_INDEX_URL",
-                                 "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_DEFAULT_INDEX")):
+    if inst.has(*_REPLACING_INDEX_OPTIONS, "--pre") or any(
+            env.get(v) for v in ("PIP_INDEX_URL", "PIP_FIND_LINKS", "UV_INDEX_URL", "UV_INDEX", "UV_DEFAULT_INDEX")):
         return None  # another index's files (PyTorch's CUDA wheels, a nightly): not PyPI's sizes
+    if (inst.has("--extra-index-url") or env.get("PIP_EXTRA_INDEX_URL") or env.get("UV_EXTRA_INDEX_URL")) and any(
+            _variant_package(n) for n in known_closure(inst.names) | inst.names):
+        # PyPI stays an index: a package an extra index builds its own way (a CUDA torch) may come
+        # from there, at another size; the others are the same files
+        return None
     pinned = {r.name for r in inst.reqs if r.name and re.search(r"==|<|~=", r.text)}
     if inst.has("--force-reinstall", "--ignore-installed", "--reinstall"):
         return download(inst.names, set(), pinned=pinned)
@@ -625,6 +638,8 @@ def _size_note(size: Download | None) -> str:
         return ""
     total = f"{size.mb / 1000:.1f} GB" if size.mb >= 1000 else f"{round(size.mb)} MB"
     top = ", ".join(f"{n} ~{round(mb)} MB" for n, mb in size.named[:3] if mb >= 1)
+    if size.upper:  # a pinned release at its largest size since 2021: older files are often smaller
+        return f" (up to ~{total} with dependencies, a pinned release counted at its newest size{'; ' + top if top else ''})"
     return f" (~{total} with dependencies{'; ' + top if top else ''})"
 
 
@@ -2137,8 +2152,13 @@ def add_remote(ctx: Context) -> Iterator[Hit]:
         if ins.keyword != "ADD" or ins.heredocs or ins.flag_values("checksum"):
             continue
         for src in ins.args[:-1]:
-            if re.match(r"^https?://", src, re.I):
+            if re.match(r"^https?://", src, re.I) and not _CACHE_BUSTER.match(src):
                 yield Hit(ins.line, f"ADD {src} is downloaded without a checksum")
+
+
+#: GitHub's API answer for a branch head or its commits: ADDed to break the build cache when the branch
+#: moves (its JSON changes with each commit), never run; a checksum would defeat it
+_CACHE_BUSTER = re.compile(r"^https?://api\.github\.com/repos/[^/]+/[^/]+/(git/refs/heads/|commits|branches/)", re.I)
 
 
 @rule(
@@ -2271,8 +2291,14 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
             if inst.tool not in ("pip", "uv") or inst.sub not in ("install", "add"):
                 continue
             source_builds = " ".join(inst.values("--no-binary"))
+            # xformers built from a git tree at a fixed ref takes that tree's lower bound (torch >= 1.12 in
+            # 2022), not the exact pin of its published wheels: whether it replaces torch the file does
+            # not show. Its moving main branch wants the newest torch; vLLM and SGLang pin torch in their
+            # trees too.
+            from_source = {r.name for r in inst.reqs if r.kind == "vcs" and r.name == "xformers"
+                           and "@" in r.text.split("://", 1)[-1].split("/", 1)[-1]}
             pinners = sorted(n for n in inst.names & _TORCH_PINNERS
-                             if n not in source_builds and ":all:" not in source_builds)
+                             if n not in source_builds and ":all:" not in source_builds and n not in from_source)
             if not pinners or inst.names & TORCH_FAMILY or _constrained(inst):
                 continue
             yield Hit(
@@ -2597,7 +2623,10 @@ _DRIVER_PACKAGE = re.compile(
     fix="Remove the driver packages from the Dockerfile; install the driver on the host and run with `--gpus all`.",
 )
 def kernel_driver(ctx: Context) -> Iterator[Hit]:
-    for step in ctx.steps:
+    if ctx.df is None:
+        return
+    # a builder stage may package a kernel module (gdrcopy's kmod RPM needs dkms) for the host
+    for step in _final_steps(ctx):
         for inst in step.installs:
             if inst.tool not in ("apt", "dnf"):
                 continue
@@ -2837,7 +2866,7 @@ _BARE_BASE = re.compile(
 )
 
 
-def _absent_before(ctx: Context, sn: Snippet, name: str) -> bool:
+def _absent_before(ctx: Context, sn: Snippet, name: str, line: int) -> bool:
     """Nothing installs the package ``name`` before the RUN of ``sn``: the stage chain's root is a
     bare image (or pytorch/pytorch, whose packages are known) and no earlier install in the chain
     can have brought it (an install of it by name, a requirements file or local tree, an apt
@@ -2860,16 +2889,18 @@ def _absent_before(ctx: Context, sn: Snippet, name: str) -> bool:
         return False
     chain = {s.index for s in ctx.df.chain(step.stage)}
     for st in ctx.steps:
-        if st.stage.index not in chain or st.ins.line >= step.ins.line:
+        if st.stage.index not in chain or st.ins.line > step.ins.line:
             continue
         for other in st.installs:
+            if st is step and other.line >= line:
+                break  # this command and the ones after it in the RUN
             if other.tool == "apt":
                 if any(_apt_python_package(r.text) for r in other.reqs):
                     return False
-            elif key in other.names or other.has("-r", "--requirement") or any(
-                r.kind not in ("name", "wheel") for r in other.reqs
-            ):
+            elif other.has("-r", "--requirement") or any(r.kind not in ("name", "wheel") for r in other.reqs):
                 return False
+            elif key in known_closure(other.names):
+                return False  # it named the package or brought it as a dependency
     return True
 
 
@@ -2934,7 +2965,7 @@ def unquoted_specifier(ctx: Context) -> Iterator[Hit]:
                                 "meets it: only a stray file is left")
                         severity = "info"
                     elif not any(w.rsplit("/", 1)[-1] in _CONDA_INSTALLERS for w in words) and _absent_before(
-                            ctx, sn, prev):
+                            ctx, sn, prev, sn.file_line(t.index)):
                         what = ("the lower bound is lost, but nothing before this command installs "
                                 f"{prev}, so pip takes its newest release, which meets it (unless another "
                                 "requirement holds it back): a stray file is left")

@@ -1392,10 +1392,15 @@ _JOB_COUNT = re.compile(r"^(\d+|\$.*|`.*|\"?\$.*)$")
 )
 def make_unbounded_jobs(ctx: Context) -> Iterator[Hit]:
     for sn in ctx.snippets:
+        built = False  # an earlier make of the snippet built the tree
         for cmd in commands(sn):
             if cmd.name not in ("make", "gmake"):
                 continue
             argv = cmd.argv
+            targets = [a for a in argv[1:] if not a.startswith("-") and "=" not in a and not _JOB_COUNT.match(a)]
+            if built and targets and all(t.startswith("install") for t in targets):
+                continue  # `make -j install-strip` after the build: copies files, compiles nothing
+            built = True
             for i, a in enumerate(argv[1:], 1):
                 if a not in ("-j", "--jobs"):
                     continue
