@@ -639,7 +639,8 @@ def _size_note(size: Download | None) -> str:
     total = f"{size.mb / 1000:.1f} GB" if size.mb >= 1000 else f"{round(size.mb)} MB"
     top = ", ".join(f"{n} ~{round(mb)} MB" for n, mb in size.named[:3] if mb >= 1)
     if size.upper:  # a pinned release at its largest size since 2021: older files are often smaller
-        return f" (up to ~{total} with dependencies, a pinned release counted at its newest size{'; ' + top if top else ''})"
+        note = "a pinned release counted at a recent release's size"
+        return f" (up to ~{total} with dependencies, {note}{'; ' + top if top else ''})"
     return f" (~{total} with dependencies{'; ' + top if top else ''})"
 
 
