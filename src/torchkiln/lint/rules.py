@@ -2402,6 +2402,48 @@ def _os_python(ctx: Context, step: Step) -> str | None:
     return py
 
 
+def _extra_cuda_index_loses(ctx: Context, step: Step, inst: Install) -> tuple[int, str] | None:
+    """An unbounded torch with one PyTorch CUDA index as --extra-index-url (PyPI still the index):
+    pip takes the highest version from both, so when PyPI's newest torch for the OS's Python is newer
+    than the newest that CUDA index has, PyPI's build is installed. (CUDA major, how we know)."""
+    extra = [u for u in inst.values("--extra-index-url") if _CU_INDEX.search(u)]
+    if len(extra) != 1 or _companion_pinned(inst) or inst.has(*_REPLACING_INDEX_OPTIONS, "--constraint",
+                                                                "--requirement"):
+        return None
+    if not any(r.name == "torch" and _UNBOUNDED_TORCH.fullmatch(r.text.strip().strip("\"'")) for r in inst.reqs):
+        return None
+    py = _os_python(ctx, step)
+    cu = _CU_INDEX.search(extra[0])
+    if py is None or cu is None:
+        return None
+    digits = cu.group(1) or cu.group(2)  # "121"
+    variant = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 3 else None
+    pypi = _newest_pypi_torch(py)
+    on_index = _newest_on_index(variant, py) if variant else None
+    if pypi is None or on_index is None or pypi[1] == "cpu" or Version(pypi[0]) <= Version(on_index):
+        return None
+    return (int(pypi[1].split(".")[0]), f"an unpinned torch with --extra-index-url {extra[0]} (pip takes PyPI's "
+            f"torch {pypi[0]}, newer than the {on_index} that index has for Python {py}, and its build is "
+            f"CUDA {pypi[1]})")
+
+
+def _newest_on_index(variant: str, python: str) -> str | None:
+    """The newest torch PyTorch's index has in CUDA ``variant`` ("12.1") for CPython ``python`` (x86_64)."""
+    from torchkiln.knowledge import load_knowledge
+
+    best: str | None = None
+    for rel in load_knowledge().releases:
+        plat = rel.on("x86_64")
+        if plat is None or variant not in plat.variants:
+            continue
+        since = plat.variants_from.get(variant)
+        for patch in rel.patches:
+            if python in plat.pythons(patch) and (since is None or Version(patch) >= Version(since)) and (
+                    best is None or Version(patch) > Version(best)):
+                best = patch
+    return best
+
+
 def _companion_pinned(inst: Install) -> bool:
     """A torch companion pinned in the same command (torchvision==0.20.1) holds torch back to its release."""
     return any(r.name in _TORCH_COMPANIONS and re.search(r"==|<|~=", r.text) for r in inst.reqs)
@@ -2528,6 +2570,8 @@ def torch_toolkit_mismatch(ctx: Context) -> Iterator[Hit]:
                     ctx, step):
                 # PyPI's torch for Python 3.8+ is 2.4.1 at least, and every release since 2.1 there is CUDA 12+
                 got, major = (12, "an unpinned torch from PyPI"), "12 or newer"
+            elif got is None and inst.tool == "pip" and (extra := _extra_cuda_index_loses(ctx, step, inst)):
+                got, major = extra, str(extra[0])
             elif got is None and inst.tool == "pip" and _unpinned_pypi_torch(inst) and not _companion_pinned(inst) and (
                     py := _os_python(ctx, step)) and (newest := _newest_pypi_torch(py)):
                 version, cuda = newest
