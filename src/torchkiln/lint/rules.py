@@ -730,6 +730,17 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
         last = max(cmds.index(u) for u in updates)
         # the removal has to come after the last refresh: `rm -rf /var/lib/apt/lists/*` followed by
         # `add-apt-repository ppa:...` (which runs apt update) leaves fresh lists in the layer
+        removals = [cmd for cmd in cmds[last + 1:] if _removes(cmd, "/var/lib/apt/lists")]
+        braced = [(cmd, why) for cmd in removals if (why := _brace_misses_lists(ctx, step, cmd))]
+        if removals and len(braced) == len(removals):
+            cmd, why = braced[0]
+            yield Hit(
+                cmd.line,
+                f"this rm does not remove /var/lib/apt/lists: {why}, so the package lists stay in the layer",
+                fix="Remove the folder's contents: `rm -rf /var/lib/apt/lists/*`.",
+                stage=step.stage.label,
+            )
+            continue
         if not any(_removes(cmd, "/var/lib/apt/lists") for cmd in cmds[last + 1 :]):
             removed_at = [i for i, cmd in enumerate(cmds[:last]) if _removes(cmd, "/var/lib/apt/lists")]
             if removed_at:
@@ -752,6 +763,48 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
             )
 
 
+_BRACE = re.compile(r"^(.*?)\{([^{}]*,[^{}]*)\}(.*)$")
+
+
+def _brace_expand(word: str) -> list[str]:
+    m = _BRACE.match(word)
+    return [f"{m.group(1)}{item}{m.group(3)}" for item in m.group(2).split(",")] if m else [word]
+_LISTS_CLEARED = re.compile(r"^/var(/lib(/apt(/lists)?)?)?/?\*?$")
+
+
+def _brace_misses_lists(ctx: Context, step: Step, cmd: Command) -> str | None:
+    """Why an ``rm`` whose only words about the apt lists are ``{a,b}`` brace lists does not clear
+    them, or None: the RUN's /bin/sh (dash on Debian and Ubuntu, busybox ash on Alpine) has no brace
+    expansion, so rm gets the literal name; under a SHELL of bash the expansions must name the
+    lists folder, its contents (`lists/*`) or a parent (`/var/lib/{apt,dpkg}` does;
+    `/var/lib/apt/lists/{apt,dpkg,cache,log}` names folders the lists folder does not have)."""
+    words = [w for w in cmd.words[1:] if not w.text.startswith("-") and (
+        w.text.startswith("/var/lib/apt/lists") or "/var/lib/apt/lists".startswith(w.text.split("{")[0].rstrip("/")))]
+    braced = [w for w in words if not w.quoted and _BRACE.match(w.raw)]
+    if not words or len(braced) != len(words) or step.ins.exec_form:
+        return None
+    if cmd.snippet is None or cmd.snippet.instruction is not step.ins:
+        return None  # `bash -c "..."`: its own shell
+    assert ctx.df is not None
+    shell = "sh"
+    for st in ctx.df.chain(step.stage):
+        for ins in st.instructions:
+            if st is step.stage and ins.line >= step.ins.line:
+                break
+            if ins.keyword == "SHELL" and ins.args:
+                shell = ins.args[0].rsplit("/", 1)[-1]
+    if shell in ("sh", "dash", "ash"):
+        return f"`{braced[0].raw}` is one literal name to /bin/sh, which has no brace expansion"
+    if shell not in ("bash", "zsh"):
+        return None
+    for w in braced:
+        m = _BRACE.match(w.raw)
+        assert m is not None
+        if any(_LISTS_CLEARED.match(f"{m.group(1)}{item}{m.group(3)}") for item in m.group(2).split(",")):
+            return None
+    return f"`{braced[0].raw}` expands to names the lists folder does not have"
+
+
 def _refreshes_lists(cmd: Command) -> bool:
     """`add-apt-repository REPO` runs `apt update` after adding the repository unless -n /
     --no-update is given (software-properties' add-apt-repository, Ubuntu 18.04 and later)."""
@@ -763,8 +816,9 @@ def _refreshes_lists(cmd: Command) -> bool:
 
 
 def _removes(cmd: Command, folder: str) -> bool:
-    """``rm -rf <folder>...`` or ``find <folder> ... -delete`` (or ``-exec rm``)."""
-    args = [w.text for w in cmd.words[1:]]
+    """``rm -rf <folder>...`` or ``find <folder> ... -delete`` (or ``-exec rm``). A ``{a,b}`` word
+    counts as its expansions (whether the shell expands it is KL003's `_brace_misses_lists`)."""
+    args = [x for w in cmd.words[1:] for x in _brace_expand(w.text)]
     if cmd.name == "rm":
         return any(a.startswith(folder) or folder.startswith(a.rstrip("/*") + "/") for a in args if a.startswith("/"))
     if cmd.name == "find":
