@@ -783,7 +783,7 @@ def _brace_misses_lists(ctx: Context, step: Step, cmd: Command) -> str | None:
     braced = [w for w in words if not w.quoted and _BRACE.match(w.raw)]
     if not words or len(braced) != len(words) or step.ins.exec_form:
         return None
-    if cmd.snippet is None or cmd.snippet.instruction is not step.ins:
+    if cmd.snippet is None or cmd.snippet.instruction != step.ins:
         return None  # `bash -c "..."`: its own shell
     assert ctx.df is not None
     shell = "sh"

@@ -1413,3 +1413,191 @@ def make_unbounded_jobs(ctx: Context) -> Iterator[Hit]:
                     "and a large C++/CUDA build runs out of memory",
                 )
                 break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL049: files removed in a later layer than the one that added them
+
+#: what is worth a finding when a later layer deletes it: archives, installers, packages, weights
+_BULKY = re.compile(
+    r"\.(tar|tar\.gz|tgz|tar\.bz2|tbz2|tar\.xz|txz|tar\.zst|zip|7z|whl|deb|rpm|run|bin|pth|pt|ckpt|safetensors|"
+    r"onnx|gguf|h5|engine|plan|AppImage|jar|iso)$", re.I)
+_INSTALLER = re.compile(r"(mini|ana)conda|miniforge|mambaforge|micromamba|cuda_|cudnn|tensorrt|nccl|\.run$", re.I)
+#: files without an extension that are not folders (dotfiles, rc files, Makefiles, launch scripts)
+_PLAIN_FILE = re.compile(r"^(\..*|[a-z]*(sh|vim|npm|yarn|conda|input|screen|pip|wget|curl)rc|Makefile|LICENSE|"
+                         r"Dockerfile|README|VERSION|entrypoint|start|run|launch|Gemfile)$", re.I)
+#: folders whose name says they hold built packages (what a builder stage hands over)
+_PACKAGE_FOLDER = re.compile(r"wheel|dist|pkgs|packages|artifacts", re.I)
+#: small files a COPY brings and a RUN deletes after reading them (requirements, scripts, configs)
+_SMALL_FILE = re.compile(r"\.(txt|py|sh|json|ya?ml|toml|cfg|ini|md|lock|conf|patch|in|env|pem|crt)$", re.I)
+
+
+def _join(base: str | None, path: str) -> str | None:
+    if path.startswith("/"):
+        return path.rstrip("/") or "/"
+    if base is None:
+        return None
+    out = base.rstrip("/") + "/" + path
+    parts: list[str] = []
+    for p in out.split("/"):
+        if p in ("", "."):
+            continue
+        if p == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(p)
+    return "/" + "/".join(parts)
+
+
+def _added_by(ins_kw: str, srcs: tuple[str, ...], dest: str, workdir: str | None) -> list[tuple[str, str]]:
+    """(path in the image, what it is) that a COPY/ADD puts in its layer and that is bulky: the whole
+    context or a folder (a trailing /, no extension), an archive, a wheel or weights."""
+    target = _join(workdir or "/", dest)
+    if target is None or "$" in dest:
+        return []
+    out = []
+    many = len(srcs) > 1 or dest.endswith("/")
+    for src in srcs:
+        if src.startswith(("http://", "https://")) or "$" in src:
+            continue
+        name = src.rstrip("/").rsplit("/", 1)[-1]
+        whole = src in (".", "./", "*", "./*")
+        if _SMALL_FILE.search(name) and not whole:
+            continue
+        folder = whole or src.endswith("/") or ("." not in name and not _PLAIN_FILE.match(name))
+        if not (folder or _BULKY.search(name)):
+            continue
+        path = target if whole or not many else f"{target.rstrip('/')}/{name}"
+        what = "the build context" if whole else (f"the folder {src}" if folder else src)
+        out.append((path, f"{ins_kw} of {what}"))
+    return out
+
+
+def _downloaded_by(cmd: Command, cwd: str | None) -> list[tuple[str, str]]:
+    """(path, what) of a bulky file a wget/curl download writes, or of a git clone's tree."""
+    argv = list(cmd.argv)
+    out: list[tuple[str, str]] = []
+    if cmd.name == "git" and len(argv) > 2 and argv[1] == "clone":
+        opts_with_value = {"-b", "--branch", "--depth", "--origin", "-o", "--config", "-c", "--reference", "--jobs",
+                           "-j"}
+        rest = []
+        i = 2
+        while i < len(argv):
+            a = argv[i]
+            if a in opts_with_value:
+                i += 2
+                continue
+            if not a.startswith("-"):
+                rest.append(a)
+            i += 1
+        if rest:
+            url = rest[0]
+            dest = rest[1] if len(rest) > 1 else url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+            path = _join(cwd, dest)
+            if path and "$" not in path:
+                out.append((path, f"git clone of {url}"))  # a folder, with its history
+        return out
+    if cmd.name not in ("wget", "curl"):
+        return out
+    found = next((a for a in argv[1:] if a.startswith(("http://", "https://", "ftp://"))), None)
+    if found is None:
+        return out
+    url = found
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    target: str | None = None
+    for i, a in enumerate(argv[1:], 1):
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if cmd.name == "wget" and a in ("-O", "--output-document") and nxt:
+            target = nxt
+        elif cmd.name == "wget" and a.startswith("--output-document="):
+            target = a.split("=", 1)[1]
+        elif cmd.name == "wget" and a in ("-P", "--directory-prefix") and nxt:
+            target = f"{nxt.rstrip('/')}/{name}"
+        elif cmd.name == "curl" and a in ("-o", "--output") and nxt:
+            target = nxt
+    if target is None:
+        if cmd.name == "wget" or any(a in ("-O", "--remote-name") or (a.startswith("-") and not a.startswith("--")
+                                                                         and "O" in a[1:]) for a in argv[1:]):
+            target = name
+        else:
+            return out  # curl without -o/-O writes to stdout
+    if target == "-" or "$" in target:
+        return out
+    base = target.rsplit("/", 1)[-1]
+    if not (_BULKY.search(base) or _BULKY.search(name) or _INSTALLER.search(base)):
+        return out
+    path = _join(cwd, target)
+    if path:
+        out.append((path, f"download of {name}"))
+    return out
+
+
+@rule(
+    "KL049",
+    "removed-in-later-layer",
+    "warning",
+    "A RUN deletes files that an earlier instruction added: they stay in that instruction's layer",
+    why=(
+        "Each instruction is a layer, and a later layer can only hide files, not take them out of the "
+        "image: `COPY . /tmp/src` then `RUN ... && rm -rf /tmp/src`, or a `RUN wget ...tar.gz` and a later "
+        "`RUN rm` of it, ship every byte of the copy or download in the image (and in every pull), while "
+        "the running container no longer sees them."
+    ),
+    source="Dockerfile reference 'RUN --mount' (type=bind); Docker docs 'Multi-stage builds' and 'Image layers'",
+    fix=(
+        "Do the download, the use and the removal in one RUN; for files from the context use "
+        "`RUN --mount=type=bind,source=.,target=/tmp/src` (nothing is copied), or a builder stage and COPY --from "
+        "of the result."
+    ),
+)
+def removed_in_later_layer(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    added: list[tuple[str, str, int]] = []  # path, what, line
+    steps = {id(st.ins): st for st in ctx.steps}
+    for stage in ctx.final_chain:
+        workdir: str | None = None
+        for anc in ctx.df.chain(stage)[:-1]:
+            for ins in anc.instructions:
+                if ins.keyword == "WORKDIR" and ins.args:
+                    workdir = _join(workdir or "/", ins.args[0])
+        for ins in stage.instructions:
+            if ins.keyword == "WORKDIR" and ins.args and "$" not in ins.args[0]:
+                workdir = _join(workdir or "/", ins.args[0])
+            elif ins.keyword in ("COPY", "ADD") and len(ins.args) >= 2 and not ins.heredocs:
+                added.extend((p, w, ins.line) for p, w in _added_by(ins.keyword, ins.args[:-1], ins.args[-1], workdir))
+            elif ins.keyword == "RUN" and (step := steps.get(id(ins))) is not None:
+                if not ins.mounts or not any(m.type == "bind" for m in ins.mounts):
+                    for cmd, _env, cwd in step.commands:
+                        if cmd.name != "rm":
+                            continue
+                        for w in cmd.words[1:]:
+                            if w.text.startswith("-"):
+                                continue
+                            gone = _join(cwd, w.text.rstrip("/").removesuffix("/*"))
+                            if gone is None or "$" in gone or "*" in gone or gone == "/":
+                                continue
+                            # the added path or a folder above it; or the history of a clone (other
+                            # files inside an added folder may be made by the same RUN that deletes them)
+                            hit = next((a for a in added
+                                        if a[2] < ins.line and (a[0] == gone or a[0].startswith(gone.rstrip("/") + "/")
+                                                                or (gone == a[0] + "/.git" and "clone" in a[1]))),
+                                       None)
+                            if hit is not None:
+                                # a folder of the context (other than a package folder) may be a few KB of
+                                # scripts: certain that it stays, not that it matters
+                                small = "the folder" in hit[1] and not _PACKAGE_FOLDER.search(hit[1])
+                                yield Hit(
+                                    cmd.line,
+                                    f"`rm {w.text}` deletes what the {hit[1]} on line {hit[2]} put in its layer: "
+                                    "the files stay in the image, hidden, and the image is no smaller"
+                                    + (" (by as much as that folder holds, which the Dockerfile does not show)"
+                                       if small else ""),
+                                    stage=stage.label,
+                                    severity="info" if small else None,
+                                )
+                                added = [a for a in added if a is not hit]
+                                break
+                for cmd, _env, cwd in step.commands:
+                    added.extend((p, w, ins.line) for p, w in _downloaded_by(cmd, cwd))
