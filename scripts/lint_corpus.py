@@ -241,6 +241,10 @@ SPLIT_ROUND = {
                 "on Anaconda's year.month installers, KL024 on a later LD_LIBRARY_PATH); its judges judged every "
                 "finding of the rules at the session's start, of which the rules after those changes report a "
                 "subset, and KL044 was then added for the dead bases its judges found",
+    "heldout9": "the rule changes of session 12 (2026-12-02: KL029 on packages nothing installed before, KL023 "
+                "on an unpinned torch the OS's Python places, findings in branches a default build skips at "
+                "info, then the fixes its verdicts asked for and KL049); its judges judged every finding of the "
+                "rules at the session's start, which the first round changed only in severity",
 }
 
 

@@ -867,7 +867,10 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
                     names_before |= {n for i in steps[ins.line].installs for n in i.names}
         for ins in stage.instructions:
             if ins.keyword in ("COPY", "ADD") and not ins.flag_values("from") and not ins.heredocs:
-                if copy_at is None and any(a in _WHOLE_CONTEXT for a in ins.args[:-1]):
+                srcs = ins.args[:-1]
+                code = bool(srcs) and all(_CODE_SOURCE.search(a) for a in srcs) and (
+                    len(srcs) > 1 or "*" in srcs[0] or not srcs[0].endswith(".py"))  # one script: rarely edited
+                if copy_at is None and (any(a in _WHOLE_CONTEXT for a in srcs) or code):
                     copy_at = ins
                 continue
             if ins.line not in steps:
@@ -884,8 +887,16 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
                     )
                     copy_at = None
                     break
-                tools_before.add(inst.tool)
+                if inst.has("--requirement") or not inst.names or not inst.names <= _BUILD_TOOLING:
+                    tools_before.add(inst.tool)  # `pip install -U pip` installs no dependency of the project
 
+
+#: COPY sources that are the project's code, not its manifests: Python files (`*.py`, `main.py`;
+#: setup.py is read by the install) and the usual source folders
+_CODE_SOURCE = re.compile(r"^(\./)?(?!setup\.py$)([\w*.-]*\.py|(src|app|lib|source|code)/?)$")
+#: what `pip install -U pip setuptools wheel` and the like bring: no dependency of the project
+_BUILD_TOOLING = frozenset({"pip", "setuptools", "wheel", "packaging", "ninja", "uv", "poetry", "build", "cmake",
+                            "pybind11", "cython", "setuptools-scm", "hatchling", "scikit-build-core"})
 
 #: KL004: a reinstall of less than this many MB on every code change costs next to nothing (pip, a
 #: protobuf pin; a notebook widget set of ~11 MB already counts)

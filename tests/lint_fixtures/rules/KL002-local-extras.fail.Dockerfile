@@ -3,6 +3,8 @@
 FROM python:3.12-slim
 WORKDIR /app
 COPY pyproject.toml ./
+# the code comes before the install of its dependencies
+# expect: KL004
 COPY src ./src
 # expect: KL002
 RUN pip install ".[serve]"
