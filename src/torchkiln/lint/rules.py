@@ -860,17 +860,19 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
         copy_at: Instruction | None = None
         tools_before: set[str] = set()
         names_before: set[str] = set()  # packages installed before the COPY
+        code_above = False  # a stage this one is built FROM copies the code: every edit rebuilds from there
         for anc in ctx.df.chain(stage)[:-1]:
             for ins in anc.instructions:
                 if ins.line in steps:
                     tools_before |= {i.tool for i in steps[ins.line].installs}
                     names_before |= {n for i in steps[ins.line].installs for n in i.names}
+                if ins.keyword in ("COPY", "ADD") and not ins.flag_values("from") and _copies_code(ins):
+                    code_above = True
+        if code_above:
+            continue
         for ins in stage.instructions:
             if ins.keyword in ("COPY", "ADD") and not ins.flag_values("from") and not ins.heredocs:
-                srcs = ins.args[:-1]
-                code = bool(srcs) and all(_CODE_SOURCE.search(a) for a in srcs) and (
-                    len(srcs) > 1 or "*" in srcs[0] or not srcs[0].endswith(".py"))  # one script: rarely edited
-                if copy_at is None and (any(a in _WHOLE_CONTEXT for a in srcs) or code):
+                if copy_at is None and _copies_code(ins):
                     copy_at = ins
                 continue
             if ins.line not in steps:
@@ -887,13 +889,24 @@ def copy_before_install(ctx: Context) -> Iterator[Hit]:
                     )
                     copy_at = None
                     break
-                if inst.has("--requirement") or not inst.names or not inst.names <= _BUILD_TOOLING:
-                    tools_before.add(inst.tool)  # `pip install -U pip` installs no dependency of the project
+                tooling = bool(inst.names) and inst.names <= _BUILD_TOOLING and not inst.has("--requirement")
+                if copy_at is not None or not tooling:
+                    tools_before.add(inst.tool)  # `pip install -U pip` before the copy installs no dependency
 
 
 #: COPY sources that are the project's code, not its manifests: Python files (`*.py`, `main.py`;
 #: setup.py is read by the install) and the usual source folders
 _CODE_SOURCE = re.compile(r"^(\./)?(?!setup\.py$)([\w*.-]*\.py|(src|app|lib|source|code)/?)$")
+def _copies_code(ins: Instruction) -> bool:
+    """A COPY/ADD of the whole context, or of only the project's code (several Python files or a glob,
+    a source folder); one script is rarely edited."""
+    srcs = ins.args[:-1]
+    if any(a in _WHOLE_CONTEXT for a in srcs):
+        return True
+    return bool(srcs) and all(_CODE_SOURCE.search(a) for a in srcs) and (
+        len(srcs) > 1 or "*" in srcs[0] or not srcs[0].endswith(".py"))
+
+
 #: what `pip install -U pip setuptools wheel` and the like bring: no dependency of the project
 _BUILD_TOOLING = frozenset({"pip", "setuptools", "wheel", "packaging", "ninja", "uv", "poetry", "build", "cmake",
                             "pybind11", "cython", "setuptools-scm", "hatchling", "scikit-build-core"})
