@@ -958,6 +958,22 @@ _NONROOT_BASE = re.compile(
 )
 
 
+#: tools an entrypoint uses to start the server as another user (`exec gosu app "$@"`)
+_PRIVILEGE_DROP = re.compile(r"(^|[\s/\"'])(gosu|su-exec|setpriv|runuser|chpst|s6-setuidgid)([\s\"',]|$)")
+
+
+def _drops_privileges(ctx: Context) -> bool:
+    """The final image installs or runs a privilege-dropping tool (gosu, su-exec, setpriv, ...): the
+    usual entrypoint pattern that starts as root to fix permissions and then runs the server as a
+    user (InvokeAI's docker-entrypoint.sh: `exec gosu ubuntu "$@"`), which the Dockerfile alone does
+    not show otherwise."""
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword in ("RUN", "ENTRYPOINT", "CMD", "COPY") and _PRIVILEGE_DROP.search(" ".join(ins.args)):
+                return True
+    return False
+
+
 @rule(
     "KL005",
     "final-stage-runs-as-root",
@@ -980,6 +996,8 @@ _NONROOT_BASE = re.compile(
 )
 def runs_as_root(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None or ctx.final is None or ctx.serving_evidence is None:
+        return
+    if _drops_privileges(ctx):
         return
     last: Instruction | None = None
     for st in ctx.final_chain:
@@ -2312,6 +2330,11 @@ def nvidia_docker(ctx: Context) -> Iterator[Hit]:
 #: each; see the `pairs` of xformers in knowledge/extensions.toml): installing one resolves torch
 #: to that release and replaces the base image's build
 _TORCH_PINNERS = frozenset({"vllm", "xformers", "sglang", "lmdeploy", "tensorrt-llm", "unsloth"})
+#: an engine's own image ships the torch its releases pin: another build of that engine on it wants
+#: the same torch or a neighbour, which the file does not show
+_ENGINE_IMAGE = {"vllm": re.compile(r"(^|/)vllm/vllm-openai|(^|/)rocm/vllm"), "sglang": re.compile(r"lmsysorg/sglang"),
+                 "lmdeploy": re.compile(r"openmmlab/lmdeploy")}
+_NEVER = re.compile(r"(?!)")
 
 
 def _ngc_with_constraints(base: str | None) -> TypeGuard[str]:
@@ -2377,7 +2400,8 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
             from_source = {r.name for r in inst.reqs if r.kind == "vcs" and r.name == "xformers"
                            and "@" in r.text.split("://", 1)[-1].split("/", 1)[-1]}
             pinners = sorted(n for n in inst.names & _TORCH_PINNERS
-                             if n not in source_builds and ":all:" not in source_builds and n not in from_source)
+                             if n not in source_builds and ":all:" not in source_builds and n not in from_source
+                             and not _ENGINE_IMAGE.get(n, _NEVER).search(base))
             if not pinners or inst.names & TORCH_FAMILY or _constrained(inst):
                 continue
             yield Hit(

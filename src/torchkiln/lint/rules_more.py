@@ -168,9 +168,13 @@ def conda_cache(ctx: Context) -> Iterator[Hit]:
         if any("pkgs" in t for t in step.cache_targets()):
             continue
         cmds = [c for c, _, _ in step.commands]
+        # a stage whose conda root the final image copies ships that root as its last RUN leaves it
+        cleaned_later = not ctx.in_final_chain(step.stage) and any(
+            later.ins.line > step.ins.line and later.stage.index in copied
+            and any(_cleans_conda(c) for c, _, _ in later.commands) for later in steps)
         for inst in installs:
             later = cmds[cmds.index(inst) + 1 :] if inst in cmds else []
-            if any(_cleans_conda(c) for c in later):
+            if cleaned_later or any(_cleans_conda(c) for c in later):
                 continue
             shipped = "" if ctx.in_final_chain(step.stage) else " (the final stage copies this conda root)"
             yield Hit(
@@ -195,11 +199,14 @@ def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
         return "curl -k (--insecure) does not verify the server's TLS certificate"
     if prog == "wget" and "--no-check-certificate" in args:
         return "wget --no-check-certificate does not verify the server's TLS certificate"
-    if prog in ("apt-get", "apt", "aptitude") and any(
+    if prog in ("apt-get", "apt", "aptitude") and "update" not in args and any(
         a in ("--allow-unauthenticated", "--allow-insecure-repositories") or "AllowUnauthenticated=true" in a
         for a in args
     ):
-        return "apt installs packages whose signatures are not checked (--allow-unauthenticated)"
+        # (`apt-get update --allow-insecure-repositories` only reads an unsigned repository's lists: an
+        # install from it still refuses unsigned packages unless it allows them itself)
+        flag = next(a for a in args if "llow" in a)
+        return f"apt installs packages whose signatures are not checked ({flag})"
     if re.fullmatch(r"pip(\d(\.\d+)?)?", prog) or (prog.startswith("python") and "pip" in args[:2]) or prog == "uv":
         hosts = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--trusted-host"]
         hosts += [a.split("=", 1)[1] for a in args if a.startswith("--trusted-host=")]
@@ -850,8 +857,11 @@ def _release_asks(major: str | None, minor: str | None) -> bool:
 
 
 def _image_asks(base: str) -> bool:
+    """The continuumio/anaconda3 image of a release that asks. The continuumio/miniconda3 image never
+    asks: its Dockerfile runs `conda tos accept` and then removes the conda-anaconda-tos plugin
+    (anaconda/docker-images, miniconda3/debian/Dockerfile, the 25.x and 26.x images)."""
     m = _CONDA_IMAGE.match(base)
-    return m is not None and _release_asks(m.group(5), m.group(6))
+    return m is not None and m.group(2).lower() != "miniconda3" and _release_asks(m.group(5), m.group(6))
 
 
 def _installer_asks(text: str) -> bool:
@@ -877,8 +887,9 @@ def _tos_handled(argv: tuple[str, ...], env: Mapping[str, str | None]) -> bool:
     "error",
     "conda install/create/update on a current Miniconda or Anaconda before its Terms of Service are accepted",
     why=(
-        "Since conda 25.5 (Miniconda and Anaconda installers from July 2025, continuumio images of those "
-        "releases) conda asks to accept Anaconda's Terms of Service for its default channels "
+        "Since conda 25.5 (Miniconda and Anaconda installers from July 2025, continuumio/anaconda3 images of "
+        "those releases; the continuumio/miniconda3 image accepts them itself) conda asks to accept "
+        "Anaconda's Terms of Service for its default channels "
         "(repo.anaconda.com/pkgs/main and /r). A docker build is not interactive, so the first conda "
         "command that reads those channels stops with CondaToSNonInteractiveError. A `Miniconda3-latest` "
         "download is always such a release today."

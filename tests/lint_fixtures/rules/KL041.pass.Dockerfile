@@ -21,3 +21,9 @@ USER 1000:1000
 FROM continuumio/miniconda3:4.12.0 AS old
 RUN conda install -y numpy && conda clean -ya
 USER 1000:1000
+
+# the continuumio/miniconda3 image runs `conda tos accept` itself and removes the ToS plugin
+# (anaconda/docker-images, miniconda3/debian/Dockerfile)
+FROM continuumio/miniconda3:25.7.0-2 AS image
+RUN conda create -y -n app python=3.11 numpy && conda clean -ya
+USER 1000:1000
