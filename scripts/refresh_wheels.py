@@ -10,7 +10,7 @@ holds the seed packages below (installers, build tools and the packages ML Docke
 drawn from the projects' own install instructions), the names given on the command line, and every
 dependency they reach, so that the size of an install can be summed over its closure.
 
-    .venv/bin/python scripts/refresh_wheels.py [--names FILE] [--out PATH]
+    .venv/bin/python scripts/refresh_wheels.py --names scripts/wheels-names.txt [--out PATH]
 
 A package's size is its latest release's, and the largest over the releases since 2021 beside it
 (a pin to an older release can be far bigger: xformers 0.0.23's CUDA wheel ~200 MB, 0.0.35's 3 MB);

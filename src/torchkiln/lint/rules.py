@@ -617,14 +617,24 @@ def _install_download(ctx: Context, step: Step, inst: Install) -> Download | Non
     pinned = {r.name for r in inst.reqs if r.name and re.search(r"==|<|~=", r.text)}
     if inst.has("--force-reinstall", "--ignore-installed", "--reinstall"):
         return download(inst.names, set(), pinned=pinned)
-    return download(inst.names, _has_before(ctx, step, inst), pinned=pinned,
-                    fresh=inst.names if inst.has("--upgrade", "--upgrade-package") else ())
+    have = _has_before(ctx, step, inst)
+    # a pinned package an earlier install of the file brought (at whatever release it resolved) is
+    # fetched again at the pin; one the base image ships is often pinned to the base's own release
+    brought = pinned & (have - _base_has(ctx, step))
+    return download(inst.names, have, pinned=pinned,
+                    fresh=(inst.names if inst.has("--upgrade", "--upgrade-package") else set()) | brought)
+
+
+def _base_has(ctx: Context, step: Step) -> set[str]:
+    """The Python packages the stage's base image has (its Python tooling, an image's torch set)."""
+    assert ctx.df is not None
+    return {"pip", "setuptools", "wheel"} | known_closure(_shipped_by_base(ctx.df.base_image(step.stage)))
 
 
 def _has_before(ctx: Context, step: Step, inst: Install) -> set[str]:
     """The Python packages the stage chain has before ``inst`` (as far as the file shows)."""
     assert ctx.df is not None
-    have = {"pip", "setuptools", "wheel"} | known_closure(_shipped_by_base(ctx.df.base_image(step.stage)))
+    have = _base_has(ctx, step)
     for other in _installs_before(ctx, step, inst):
         if other.tool in ("pip", "uv", "conda", "poetry"):
             have |= known_closure(other.names)
