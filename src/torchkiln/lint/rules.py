@@ -1457,6 +1457,18 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
                 severity="warning",
             )
             continue
+        if b.label == "vllm" and got is None:
+            # vLLM's CMakeLists intersects its supported architectures with torch's list, which falls back to
+            # the toolkit's common architectures when no GPU is visible: a build for all of them, not a guess
+            yield Hit(
+                b.install.line,
+                f"vllm is compiled without {names}: with no GPU visible torch's CMake falls back to every common "
+                "architecture of the toolkit, which vLLM filters to those it supports: a build of all of them "
+                "(hours of nvcc) where the fleet needs one or two",
+                stage=b.step.stage.label,
+                severity="warning",
+            )
+            continue
         why = "is 'native', which needs a visible GPU" if got else "is not set"
         yield b.hit(f"{b.label} is compiled but {names} {why}: the architectures are guessed at build time")
 
