@@ -519,6 +519,8 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
             else:
                 break
         else:
+            if cd is not None and not _cd_matters(ctx, step, cd):
+                continue
             if cd is not None:
                 yield Hit(
                     step.ins.line,
@@ -534,6 +536,31 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
                     "and later steps do not see them",
                     stage=step.stage.label,
                 )
+
+
+def _cd_matters(ctx: Context, step: Step, target: str) -> bool:
+    """A lone `RUN cd X` misleads only when X is another folder than the one the next RUN starts in
+    (not `cd ..` back, not the WORKDIR itself) and that next RUN does something relative to its folder
+    (`./script`, `setup.py`, `make`, a `./`/`../` or bare-file argument) before any WORKDIR."""
+    t = target.rstrip("/") or "/"
+    if t in ("..", "-", "~", "$HOME", "${HOME}", ".") or t == (step.workdir or "/").rstrip("/"):
+        return False
+    later = [st for st in ctx.steps if st.stage.index == step.stage.index and st.ins.line > step.ins.line]
+    if not later:
+        return False
+    nxt = later[0]
+    if any(ins.keyword == "WORKDIR" and step.ins.line < ins.line < nxt.ins.line for ins in step.stage.instructions):
+        return False
+    for cmd, _env, _cwd in nxt.commands:
+        if cmd.name in ("cd", "pushd"):
+            return False  # it goes somewhere itself
+        args = cmd.argv
+        if args and (args[0].startswith(("./", "../")) or cmd.name in ("make", "cmake", "ninja", "meson")):
+            return True
+        if any(a in (".", "./") or a.startswith(("./", "../")) or a in ("setup.py", "requirements.txt")
+               or re.fullmatch(r"[\w.-]+\.(py|sh|txt|toml|cfg)", a) for a in args[1:]):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
