@@ -673,7 +673,8 @@ def _light_source_trees(inst: Install) -> bool:
 def _find_links_local(inst: Install) -> bool:
     """`--no-index` with `--find-links` pointing at local folders only: nothing comes over the network."""
     links = inst.values("--find-links")
-    return inst.has("--no-index") and bool(links) and all(not re.match(r"^[a-z]+://", v) for v in links)
+    return inst.has("--no-index") and bool(links) and all(
+        not re.match(r"^[a-z]+://", v) or v.lower().startswith("file:") for v in links)  # file:///dir is local
 
 
 #: a full commit id: pip caches the wheel it builds from a VCS URL pinned to one (pip docs 'Caching':

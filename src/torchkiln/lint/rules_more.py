@@ -1162,14 +1162,16 @@ def base_image_deleted(ctx: Context) -> Iterator[Hit]:
         if m is None or m.group(1) not in deleted:
             continue
         version = m.group(1)
-        use, _source = deleted[version]
+        use, source = deleted[version]
         instead = (f"the tags of the last {use.rsplit('.', 1)[0]} patch were kept: nvidia/cuda:{use}{m.group(2) or ''}"
                    if use else f"no CUDA {version.split('.')[0]}.x tag remains")
         shown = st.image if st.image == st.resolved_image else f"{st.image} (= {st.resolved_image})"
+        when = ("its two-part tags, keeping only the three-part ones of the last patch" if source == "CUDA-SHORT-TAGS"
+                else "end of life, July 2023")
         yield Hit(
             st.line,
-            f"FROM {shown}: NVIDIA deleted the CUDA {version} tags from Docker Hub and NGC (end of life, July "
-            f"2023), so the build stops here with \"not found\"; {instead}",
+            f"FROM {shown}: NVIDIA deleted the CUDA {version} tags from Docker Hub and NGC ({when}), so the "
+            f"build stops here with \"not found\"; {instead}",
             stage=st.label,
         )
 

@@ -3,4 +3,5 @@
 FROM python:3.12-slim
 COPY wheels /wheels
 RUN pip install --no-index --find-links /wheels mypackage
+RUN pip install --no-index --find-links file:///wheels otherpackage
 USER 1000:1000
