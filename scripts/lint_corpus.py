@@ -245,6 +245,9 @@ SPLIT_ROUND = {
                 "on an unpinned torch the OS's Python places, findings in branches a default build skips at "
                 "info, then the fixes its verdicts asked for and KL049); its judges judged every finding of the "
                 "rules at the session's start, which the first round changed only in severity",
+    "heldout10": "the round after its own verdicts (2026-12-02: KL002 on --find-links file:///, KL044 on CUDA "
+                 "11.0/11.1 two-part tags); it was fixed after every other rule change of session 12, and its "
+                 "judges judged every finding of the rules at the session's start and at the split's commit",
 }
 
 
