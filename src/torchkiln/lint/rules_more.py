@@ -1641,3 +1641,71 @@ def removed_in_later_layer(ctx: Context) -> Iterator[Hit]:
                                 break
                 for cmd, _env, cwd in step.commands:
                     added.extend((p, w, ins.line) for p, w in _downloaded_by(cmd, cwd))
+
+
+# ---------------------------------------------------------------------------------------------
+# KL050: a pip name that is not the package the Dockerfile means
+
+#: names on (or missing from) PyPI that are not what an ML Dockerfile means: (what happens, the name
+#: meant, fails the build). Checked against PyPI's JSON API on 2026-12-02.
+_WRONG_NAMES: dict[str, tuple[str, str, bool]] = {
+    "pytorch": ("PyPI's 'pytorch' 1.0.2 is a placeholder whose setup.py raises an error telling you to use "
+                "'torch'", "torch", True),
+    "sklearn": ("PyPI's 'sklearn' is the deprecated dummy package (0.0.post12), whose install fails since "
+                "December 2023 unless SKLEARN_ALLOW_DEPRECATED_SKLEARN_PACKAGE_INSTALL=True", "scikit-learn", True),
+    "apex": ("PyPI's 'apex' is an unrelated Pyramid web toolkit (0.9.10dev), not NVIDIA's apex, which is not "
+             "on PyPI: `import apex.amp` or its fused kernels fail at run time",
+             "NVIDIA/apex built from source", False),
+    "flash-attention": ("PyPI's 'flash-attention' is a Flash Attention operator for Huawei Ascend NPUs "
+                        "(mindspore/acctransformer), not the CUDA kernels", "flash-attn", False),
+    "cv2": ("no 'cv2' package exists on PyPI ('cv2' is the module's import name): pip finds no distribution",
+            "opencv-python (or opencv-python-headless)", True),
+    "opencv": ("no 'opencv' package exists on PyPI: pip finds no distribution", "opencv-python", True),
+    "detectron2": ("detectron2 is not on PyPI: pip finds no distribution without a --find-links to "
+                   "Facebook's wheels or a git URL", "git+https://github.com/facebookresearch/detectron2.git",
+                   True),
+}
+_NOT_ON_PYPI = frozenset({"cv2", "opencv", "detectron2"})
+
+
+@rule(
+    "KL050",
+    "wrong-package-name",
+    "error",
+    "pip installs a name that is not the package the Dockerfile means",
+    why=(
+        "Some names ML Dockerfiles use are not the package they mean on PyPI: `pytorch` and `sklearn` are "
+        "placeholders whose install fails, `cv2`, `opencv` and `detectron2` do not exist there, and `apex` "
+        "and `flash-attention` are unrelated projects (a Pyramid toolkit, an operator for Huawei's Ascend "
+        "NPUs) that install without error while the image lacks what the code imports."
+    ),
+    source="PyPI's JSON API for each name (pypi.org/pypi/NAME/json, read on 2026-12-02); scikit-learn's "
+           "sklearn deprecation notice (github.com/scikit-learn/sklearn-pypi-package)",
+    fix="Install the package the code means (the finding names it).",
+    applies_to=("dockerfile", "script", "apptainer"),
+)
+def wrong_package_name(ctx: Context) -> Iterator[Hit]:
+    seen: set[tuple[int, str]] = set()
+    for sn in ctx.snippets:
+        for cmd in commands(sn):
+            from torchkiln.lint.shell import recognize
+
+            inst = recognize(cmd, cmd.assigned())
+            if inst is None or inst.tool not in ("pip", "uv") or inst.sub not in ("install", "add"):
+                continue
+            other_index = inst.has("--index-url", "--extra-index-url", "--find-links", "--index",
+                                   "--default-index", "--no-index")
+            for r in inst.reqs:
+                if r.kind != "name" or r.name not in _WRONG_NAMES or (cmd.line, r.name) in seen:
+                    continue
+                if r.name in _NOT_ON_PYPI and other_index:
+                    continue  # another index may have it (detectron2's wheels on dl.fbaipublicfiles.com)
+                if r.name == "sklearn" and "SKLEARN_ALLOW_DEPRECATED_SKLEARN_PACKAGE_INSTALL" in sn.text:
+                    continue
+                what, meant, fails = _WRONG_NAMES[r.name]
+                seen.add((cmd.line, r.name))
+                yield Hit(
+                    cmd.line,
+                    f"`{r.text}`: {what}{'; the build stops here' if fails else ''}. Meant: {meant}",
+                    fix=f"Install {meant}.",
+                )
