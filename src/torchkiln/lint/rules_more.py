@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import AUTOMATIC_ARGS, Context, Step, base_ships_torch
-from torchkiln.lint.model import Dockerfile, Stage, arg_pairs, env_pairs, substitute
+from torchkiln.lint.model import Dockerfile, Snippet, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
@@ -1668,6 +1668,16 @@ _WRONG_NAMES: dict[str, tuple[str, str, bool]] = {
 _NOT_ON_PYPI = frozenset({"cv2", "opencv", "detectron2"})
 
 
+def _has_nvidia_apex(ctx: Context, sn: Snippet) -> bool:
+    """The RUN's stage is built on an NGC PyTorch image, which has NVIDIA's apex installed (as `apex`)."""
+    from torchkiln.lint.context import NGC_PYTORCH
+
+    if ctx.df is None or sn.instruction is None:
+        return False
+    step = next((st for st in ctx.steps if st.ins is sn.instruction), None)
+    return step is not None and bool(NGC_PYTORCH.match(ctx.df.base_image(step.stage) or ""))
+
+
 @rule(
     "KL050",
     "wrong-package-name",
@@ -1702,6 +1712,8 @@ def wrong_package_name(ctx: Context) -> Iterator[Hit]:
                     continue  # another index may have it (detectron2's wheels on dl.fbaipublicfiles.com)
                 if r.name == "sklearn" and "SKLEARN_ALLOW_DEPRECATED_SKLEARN_PACKAGE_INSTALL" in sn.text:
                     continue
+                if r.name == "apex" and _has_nvidia_apex(ctx, sn) and not inst.has("--upgrade", *_FORCE):
+                    continue  # NGC's image has NVIDIA's apex installed as `apex`: pip says already satisfied
                 what, meant, fails = _WRONG_NAMES[r.name]
                 seen.add((cmd.line, r.name))
                 yield Hit(

@@ -6,3 +6,7 @@ RUN pip install --no-cache-dir ./my-local-apex-wheel-folder
 RUN pip install --no-cache-dir detectron2 -f https://dl.fbaipublicfiles.com/detectron2/wheels/cu113/torch1.10/index.html
 RUN SKLEARN_ALLOW_DEPRECATED_SKLEARN_PACKAGE_INSTALL=True pip install --no-cache-dir sklearn
 USER 1000:1000
+
+# NGC's PyTorch image has NVIDIA's apex installed as `apex`: pip answers "already satisfied"
+FROM nvcr.io/nvidia/pytorch:21.07-py3 AS ngc
+RUN pip install --no-cache-dir pytest apex
