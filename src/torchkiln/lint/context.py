@@ -111,6 +111,11 @@ class Context:
                     return True
         return False
 
+    def step_of(self, snippet: Snippet) -> Step | None:
+        """The RUN step whose shell text ``snippet`` is (None for CMD, a heredoc file, a script)."""
+        return next((st for st in self.steps if snippet.instruction is not None and st.ins is snippet.instruction),
+                    None)
+
     def torch_before(self, step: Step) -> TorchState:
         """Whether torch is installed when ``step`` starts (before its own commands)."""
         assert self.df is not None
@@ -340,6 +345,8 @@ def skipped_by_default(ctx: Context) -> dict[int, tuple[Guard, str]]:
     out: dict[int, tuple[Guard, str]] = {}
     ran: set[int] = set()
     for step in ctx.steps:
+        if not any(cmd.guards for cmd, _, _ in step.commands):
+            continue
         text = "\n".join(sn.text for sn in step.snippets)
         unknown = set(AUTOMATIC_ARGS) | {m.options["env"] for m in step.ins.mounts
                                          if m.type == "secret" and m.options.get("env")}

@@ -2357,7 +2357,6 @@ _TORCH_PINNERS = frozenset({"vllm", "xformers", "sglang", "lmdeploy", "tensorrt-
 #: the same torch or a neighbour, which the file does not show
 _ENGINE_IMAGE = {"vllm": re.compile(r"(^|/)vllm/vllm-openai|(^|/)rocm/vllm"), "sglang": re.compile(r"lmsysorg/sglang"),
                  "lmdeploy": re.compile(r"openmmlab/lmdeploy")}
-_NEVER = re.compile(r"(?!)")
 
 
 def _ngc_with_constraints(base: str | None) -> TypeGuard[str]:
@@ -2424,7 +2423,7 @@ def torch_replaced(ctx: Context) -> Iterator[Hit]:
                            and "@" in r.text.split("://", 1)[-1].split("/", 1)[-1]}
             pinners = sorted(n for n in inst.names & _TORCH_PINNERS
                              if n not in source_builds and ":all:" not in source_builds and n not in from_source
-                             and not _ENGINE_IMAGE.get(n, _NEVER).search(base))
+                             and not (n in _ENGINE_IMAGE and _ENGINE_IMAGE[n].search(base)))
             if not pinners or inst.names & TORCH_FAMILY or _constrained(inst):
                 continue
             yield Hit(
@@ -2554,19 +2553,8 @@ def _extra_cuda_index_loses(ctx: Context, step: Step, inst: Install) -> tuple[in
 
 def _newest_on_index(variant: str, python: str) -> str | None:
     """The newest torch PyTorch's index has in CUDA ``variant`` ("12.1") for CPython ``python`` (x86_64)."""
-    from torchkiln.knowledge import load_knowledge
-
-    best: str | None = None
-    for rel in load_knowledge().releases:
-        plat = rel.on("x86_64")
-        if plat is None or variant not in plat.variants:
-            continue
-        since = plat.variants_from.get(variant)
-        for patch in rel.patches:
-            if python in plat.pythons(patch) and (since is None or Version(patch) >= Version(since)) and (
-                    best is None or Version(patch) > Version(best)):
-                best = patch
-    return best
+    newest = _newest_torch(python, variant)
+    return newest[0] if newest else None
 
 
 def _companion_pinned(inst: Install) -> bool:
@@ -2577,15 +2565,23 @@ def _companion_pinned(inst: Install) -> bool:
 def _newest_pypi_torch(python: str) -> tuple[str, str] | None:
     """The newest torch with an x86_64 wheel on the default index for CPython ``python``, and the CUDA
     variant that wheel is (knowledge/torch.toml): what `pip install torch` resolves to today."""
+    return _newest_torch(python)
+
+
+def _newest_torch(python: str, variant: str | None = None) -> tuple[str, str] | None:
+    """(version, default CUDA) of the newest torch release with an x86_64 wheel for CPython ``python``:
+    on the default index (``variant`` None), or on PyTorch's index of that CUDA variant ("12.1")."""
     from torchkiln.knowledge import load_knowledge
 
     best: tuple[str, str] | None = None
     for rel in load_knowledge().releases:
         plat = rel.on("x86_64")
-        if plat is None or python in plat.python_index_only:
+        if plat is None or (python in plat.python_index_only if variant is None else variant not in plat.variants):
             continue
+        since = plat.variants_from.get(variant) if variant else None
         for patch in rel.patches:
-            if python in plat.pythons(patch) and (best is None or Version(patch) > Version(best[0])):
+            if python in plat.pythons(patch) and (since is None or Version(patch) >= Version(since)) and (
+                    best is None or Version(patch) > Version(best[0])):
                 best = (patch, plat.default_cuda)
     return best
 
@@ -2861,25 +2857,38 @@ def setup_py_install(ctx: Context) -> Iterator[Hit]:
 _SETUP_PY_CUDA_REPOS = frozenset({"deepep", "flashmla", "flash-mla", "deepgemm", "deep-gemm", "deep_ep", "torchvision"})
 
 
+#: options of `git clone` that take a value (which is neither the URL nor the folder)
+_CLONE_VALUE_OPTS = frozenset({"-b", "--branch", "--depth", "-c", "--config", "--origin", "-o", "--reference",
+                               "--jobs", "-j"})
+
+
+def git_clone(cmd: Command) -> tuple[str, str] | None:
+    """(URL, folder) of `git clone [options] URL [folder]`; None for any other command."""
+    argv = list(cmd.argv)
+    if cmd.name != "git" or argv[1:2] != ["clone"]:
+        return None
+    pos: list[str] = []
+    i = 2
+    while i < len(argv):
+        if argv[i] in _CLONE_VALUE_OPTS:
+            i += 2
+            continue
+        if not argv[i].startswith("-"):
+            pos.append(argv[i])
+        i += 1
+    if not pos:
+        return None
+    url = pos[0].rstrip("/")
+    return url, pos[1] if len(pos) > 1 else _repo_name(url)
+
+
 def _cloned_repos(step: Step) -> dict[str, str]:
     """Folder name -> URL of each `git clone URL [dir]` in a RUN."""
     out: dict[str, str] = {}
     for cmd, _e, _c in step.commands:
-        argv = list(cmd.argv)
-        if argv[:2] != ["git", "clone"]:
-            continue
-        pos = [a for a in argv[2:] if not a.startswith("-")]
-        # drop values of flags that take one (-b ref, --depth n, --branch ref)
-        for flag in ("-b", "--branch", "--depth", "-c", "--config", "--origin", "-o"):
-            if flag in argv:
-                i = argv.index(flag)
-                if i + 1 < len(argv) and argv[i + 1] in pos:
-                    pos.remove(argv[i + 1])
-        if not pos:
-            continue
-        url = pos[0].rstrip("/")
-        folder = pos[1] if len(pos) > 1 else _repo_name(url)
-        out[_repo_name(folder).lower()] = re.sub(r"\.git$", "", url)
+        if (clone := git_clone(cmd)) is not None:
+            url, folder = clone
+            out[_repo_name(folder).lower()] = re.sub(r"\.git$", "", url)
     return out
 
 
@@ -3044,7 +3053,7 @@ def _absent_before(ctx: Context, sn: Snippet, name: str, line: int) -> bool:
     project base, an unresolved name)."""
     if ctx.df is None or sn.instruction is None or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         return False
-    step = next((st for st in ctx.steps if st.ins is sn.instruction), None)
+    step = ctx.step_of(sn)
     base = ctx.df.base_image(step.stage) if step is not None else None
     if step is None or base is None:
         return False

@@ -9,6 +9,7 @@ every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it bac
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator, Mapping
 
@@ -17,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import AUTOMATIC_ARGS, Context, Step, base_ships_torch
 from torchkiln.lint.model import Dockerfile, Snippet, Stage, arg_pairs, env_pairs, substitute
-from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, image_tag, rule
+from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, git_clone, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
 # ---------------------------------------------------------------------------------------------
@@ -1473,21 +1474,10 @@ _SMALL_FILE = re.compile(r"\.(txt|py|sh|json|ya?ml|toml|cfg|ini|md|lock|conf|pat
 
 
 def _join(base: str | None, path: str) -> str | None:
-    if path.startswith("/"):
-        return path.rstrip("/") or "/"
-    if base is None:
+    """``path`` in the image, relative to ``base`` (None when it is relative and ``base`` unknown)."""
+    if not path.startswith("/") and base is None:
         return None
-    out = base.rstrip("/") + "/" + path
-    parts: list[str] = []
-    for p in out.split("/"):
-        if p in ("", "."):
-            continue
-        if p == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(p)
-    return "/" + "/".join(parts)
+    return posixpath.normpath(posixpath.join(base or "/", path))
 
 
 def _added_by(ins_kw: str, srcs: tuple[str, ...], dest: str, workdir: str | None) -> list[tuple[str, str]]:
@@ -1518,25 +1508,11 @@ def _downloaded_by(cmd: Command, cwd: str | None) -> list[tuple[str, str]]:
     """(path, what) of a bulky file a wget/curl download writes, or of a git clone's tree."""
     argv = list(cmd.argv)
     out: list[tuple[str, str]] = []
-    if cmd.name == "git" and len(argv) > 2 and argv[1] == "clone":
-        opts_with_value = {"-b", "--branch", "--depth", "--origin", "-o", "--config", "-c", "--reference", "--jobs",
-                           "-j"}
-        rest = []
-        i = 2
-        while i < len(argv):
-            a = argv[i]
-            if a in opts_with_value:
-                i += 2
-                continue
-            if not a.startswith("-"):
-                rest.append(a)
-            i += 1
-        if rest:
-            url = rest[0]
-            dest = rest[1] if len(rest) > 1 else url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-            path = _join(cwd, dest)
-            if path and "$" not in path:
-                out.append((path, f"git clone of {url}"))  # a folder, with its history
+    if (clone := git_clone(cmd)) is not None:
+        url, dest = clone
+        path = _join(cwd, dest)
+        if path and "$" not in path:
+            out.append((path, f"git clone of {url}"))  # a folder, with its history
         return out
     if cmd.name not in ("wget", "curl"):
         return out
@@ -1674,7 +1650,7 @@ def _has_nvidia_apex(ctx: Context, sn: Snippet) -> bool:
 
     if ctx.df is None or sn.instruction is None:
         return False
-    step = next((st for st in ctx.steps if st.ins is sn.instruction), None)
+    step = ctx.step_of(sn)
     return step is not None and bool(NGC_PYTORCH.match(ctx.df.base_image(step.stage) or ""))
 
 
