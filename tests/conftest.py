@@ -56,6 +56,52 @@ def _no_user_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     return path
 
 
+# -- disk headroom ----------------------------------------------------------------------------------
+# The engine tests build real images; their layers stay in the engines' build caches after each test
+# removes its image (a whole run adds ~40 GB, the cu130 example and the CUDA extension most of it). On
+# a shared disk that is more than there may be: after each module of engine tests, when less than
+# KILN_TEST_MIN_FREE_GB (default 30) is free, the build caches are pruned (docker's BuildKit cache,
+# dangling images of docker and podman; tagged images such as the offline base stay). Within a module
+# nothing is pruned, so the tests that check layer reuse see the cache they built.
+
+MIN_FREE_GB = float(os.environ.get("KILN_TEST_MIN_FREE_GB", "30"))
+
+
+def free_gb() -> float:
+    """Free space where the engines keep their data (the root file system here) and the tests their files."""
+    paths = [p for p in ("/var/lib/docker", "/var/lib/containers", tempfile.gettempdir(), "/") if os.path.isdir(p)]
+    return min(shutil.disk_usage(p).free for p in paths) / 2**30
+
+
+def prune_engine_caches() -> list[str]:
+    """Prune the build caches of the machine's docker and podman; the commands that ran."""
+    ran = []
+    for cmd in (["/usr/bin/docker", "builder", "prune", "-af"], ["/usr/bin/docker", "image", "prune", "-f"],
+                ["podman", "image", "prune", "-f"]):
+        if shutil.which(cmd[0]) is None:
+            continue
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode == 0:
+            ran.append(" ".join(cmd[:3]))
+    return ran
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _disk_headroom(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    items = [i for i in request.session.items if i.module is request.module]
+    if not any(i.get_closest_marker("engine") for i in items) or free_gb() >= MIN_FREE_GB:
+        return
+    before = free_gb()
+    ran = prune_engine_caches()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # shown in the run's output, not captured
+            reporter.write_line(f"\n[disk] {before:.1f} GB free after {request.module.__name__} (< {MIN_FREE_GB:g}): "
+                                f"{', '.join(ran) or 'nothing to prune'} -> {free_gb():.1f} GB free")
+
+
 # -- engines ----------------------------------------------------------------------------------------
 
 

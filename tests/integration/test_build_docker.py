@@ -10,6 +10,7 @@ import re
 import shlex
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,11 @@ def test_runs_as_non_root(cpu_build: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def saved(cpu_build: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's CPU image as a docker-archive tar."""
-    return cpu_build.engine.save(cpu_build.ref, tmp_path_factory.mktemp("saved") / "image.tar")
+def saved(cpu_build: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's CPU image as a docker-archive tar (~850 MB: removed with the module)."""
+    archive = cpu_build.engine.save(cpu_build.ref, tmp_path_factory.mktemp("saved") / "image.tar")
+    yield archive
+    archive.unlink(missing_ok=True)
 
 
 def test_no_compiler_no_caches_no_apt_lists(saved: Path, layer_files: Any) -> None:
