@@ -18,14 +18,14 @@ def _find(text: str, rule: str) -> list[tuple[int, str, str]]:
 def test_ngc_pip_cache_by_release() -> None:
     # 22.02-24.08 ship nvidia-pyindex's pip.conf (no-cache-dir = true); 25.01 onwards none
     for off in ("22.02", "22.12", "23.08", "24.05", "24.08"):
-        assert _find(f"FROM nvcr.io/nvidia/pytorch:{off}-py3\nRUN pip install transformers\n", "KL002") == []
+        assert _find(f"FROM nvcr.io/nvidia/pytorch:{off}-py3\nRUN pip install opencv-python\n", "KL002") == []
     for unsure in ("21.08", "24.10"):
-        unknown = _find(f"FROM nvcr.io/nvidia/pytorch:{unsure}-py3\nRUN pip install transformers\n", "KL002")
+        unknown = _find(f"FROM nvcr.io/nvidia/pytorch:{unsure}-py3\nRUN pip install opencv-python\n", "KL002")
         assert [s for _, s, _ in unknown] == ["info"] and "pip config debug" in unknown[0][2]
-    caches = _find("FROM nvcr.io/nvidia/pytorch:25.01-py3\nRUN pip install transformers\n", "KL002")
+    caches = _find("FROM nvcr.io/nvidia/pytorch:25.01-py3\nRUN pip install opencv-python\n", "KL002")
     assert [s for _, s, _ in caches] == ["warning"]
     # uv does not read pip's configuration: on any NGC release its cache is uv's business
-    uv = _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN UV_LINK_MODE=copy uv pip install --system transformers\n", "KL002")
+    uv = _find("FROM nvcr.io/nvidia/pytorch:23.10-py3\nRUN UV_LINK_MODE=copy uv pip install --system opencv-python\n", "KL002")
     assert [s for _, s, _ in uv] == ["warning"]
 
 

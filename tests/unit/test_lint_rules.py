@@ -139,7 +139,7 @@ def test_training_switch_in_config() -> None:
 
 
 def test_findings_carry_why_source_fix_and_stage() -> None:
-    text = "FROM python:3.11-slim-bookworm AS app\nRUN pip install numpy==2.1.0\nUSER 1000\n"
+    text = "FROM python:3.11-slim-bookworm AS app\nRUN pip install scipy==1.14.1\nUSER 1000\n"
     (f,) = lint_text(text, path="x/Dockerfile")
     assert (f.rule, f.severity, f.path, f.line, f.stage) == ("KL002", "warning", "x/Dockerfile", 2, "app")
     assert "--mount=type=cache,target=/root/.cache/pip" in f.fix

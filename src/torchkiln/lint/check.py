@@ -84,6 +84,7 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
     sup = Suppressions.scan(source.lines)
     ranges = _instruction_ranges(source) if isinstance(source, Dockerfile) else {}
     seen: set[tuple[str, int, str]] = set()
+    stops: set[tuple[str, int, str]] = set()  # findings at a command the build fails at
     out: list[Finding] = []
     for r in ordered_rules():
         if r.id in ignored or source.kind not in r.applies_to:
@@ -95,6 +96,8 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
             seen.add(key)
             if sup.matches(r.id, _suppression_lines(source, ranges, hit.line)):
                 continue
+            if r.stops_build if hit.stops is None else hit.stops:
+                stops.add(key)
             out.append(
                 Finding(
                     rule=r.id,
@@ -112,7 +115,53 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
             )
     if ctx.df is not None:
         out = _default_build_skips(out, ctx, config)
+        out = _after_build_stop(out, ctx.df, config, stops, ranges)
     out.sort(key=lambda f: (f.line, f.rule))
+    return out
+
+
+def _after_build_stop(
+    findings: list[Finding], df: Dockerfile, config: LintConfig, stops: set[tuple[str, int, str]],
+    ranges: dict[int, tuple[int, int]],
+) -> list[Finding]:
+    """A finding on a step the build never reaches, because an earlier command fails for certain (an
+    error of a rule that stops the build: a deleted base tag, a shell syntax error, conda's Terms of
+    Service), is about a build that cannot happen as the file is written: it is reported at info,
+    naming the stop (a `[severity]` setting still wins). Unreached: the rest of the failing stage
+    (its own RUN included) and every stage that builds on it, by FROM or COPY --from. The findings
+    stay, so none is lost: once the stop is fixed they are back at their severity."""
+    stage_of: dict[int, int] = {}
+    for ins in df.instructions():
+        for n in range(ins.line, ins.end_line + 1):
+            stage_of[n] = ins.stage
+    moot: dict[int, Finding] = {}  # id(finding) -> the stop that makes it unreached
+    for stop in sorted((f for f in findings if (f.rule, f.line, f.message) in stops and f.severity == "error"),
+                       key=lambda f: f.line):
+        if id(stop) in moot or stop.line not in stage_of or stage_of[stop.line] < 0:
+            continue
+        failed = {stage_of[stop.line]}
+        for st in df.stages[stage_of[stop.line] + 1 :]:  # a stage can only build on earlier ones
+            refs = [df.stage_ref(r, before=st.index) for r in st.copies_from()]
+            if st.parent in failed or any(r is not None and r.index in failed for r in refs):
+                failed.add(st.index)
+        run = ranges.get(stop.line, (stop.line, stop.line))
+        for f in findings:
+            if f is stop or id(f) in moot or f.line not in stage_of:
+                continue
+            index = stage_of[f.line]
+            if index == stage_of[stop.line] and f.line < run[0]:
+                continue  # before the failing instruction: that much runs
+            if index in failed:
+                moot[id(f)] = stop
+    out = []
+    for f in findings:
+        cause = moot.get(id(f))
+        if cause is None:
+            out.append(f)
+            continue
+        note = (f" (the build never gets here as the file is written: it stops first at line {cause.line}, "
+                f"{cause.rule}; this applies once that is fixed)")
+        out.append(replace(f, message=f.message + note, severity=config.severity.get(f.rule, "info")))
     return out
 
 

@@ -191,6 +191,8 @@ def conda_cache(ctx: Context) -> Iterator[Hit]:
 
 
 _LEGACY_PYPI = "pypi.python.org"
+#: a one-line apt source whose options turn signature checks off (sources.list(5): trusted=yes)
+_APT_TRUSTED = re.compile(r"\bdeb(-src)?\s+\[[^\]]*\btrusted=yes\b")
 
 
 def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
@@ -220,6 +222,9 @@ def _insecure(cmd: Command, env: dict[str, str | None]) -> str | None:
             return f"pip --trusted-host {hosts[0]} turns off TLS verification for that host"
         if prog == "uv" and "--allow-insecure-host" in args:
             return "uv --allow-insecure-host turns off TLS verification"
+    if any(_APT_TRUSTED.search(a) for a in args):
+        # `echo "deb [trusted=yes] URL /" > /etc/apt/sources.list.d/x.list`: sources.list(5), trusted=yes
+        return "an apt source with [trusted=yes]: apt installs its packages without checking their signatures"
     if prog == "git" and any(re.fullmatch(r"http\.sslverify=false", a, re.I) for a in args):
         return "git -c http.sslVerify=false does not verify the server's TLS certificate"
     for name in ("GIT_SSL_NO_VERIFY", "PYTHONHTTPSVERIFY", "CURL_INSECURE"):
@@ -630,6 +635,7 @@ def missing_separator(ctx: Context) -> Iterator[Hit]:
         "`pip install --no-build-isolation --config-settings \"--build-option=--cpp_ext\" "
         "--config-settings \"--build-option=--cuda_ext\" .`, or pin the pip upgrade (`pip install -U \"pip<25.3\"`)."
     ),
+    stops_build=True,
 )
 def pip_option_removed(ctx: Context) -> Iterator[Hit]:
     from torchkiln.lint.rules import LEGACY_PIP_OPTIONS, pip_reaches, pip_upgraded_before
@@ -813,6 +819,7 @@ def _runs_a_script(cmd: Command) -> bool:
         "Install Python first: RUN apt-get update && apt-get install -y --no-install-recommends python3 "
         "python3-pip && rm -rf /var/lib/apt/lists/* (or start from an image that has it)."
     ),
+    stops_build=True,
 )
 def python_on_bare_cuda_image(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
@@ -932,6 +939,7 @@ def _tos_handled(argv: tuple[str, ...], env: Mapping[str, str | None]) -> bool:
         "https://repo.anaconda.com/pkgs/r (or set CONDA_PLUGINS_AUTO_ACCEPT_TOS=yes), or use conda-forge only "
         "(Miniforge, or --override-channels -c conda-forge)."
     ),
+    stops_build=True,
 )
 def conda_terms_not_accepted(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
@@ -1125,6 +1133,9 @@ def global_arg_not_redeclared(ctx: Context) -> Iterator[Hit]:
 # ---------------------------------------------------------------------------------------------
 # KL044: a base image whose tag NVIDIA deleted
 
+#: nvidia/cuda with no tag or :latest: NVIDIA removed that tag (container-images/cuda README,
+#: "Deprecated: latest tag"; JuliaContainerization/SimpleContainerGenerator.jl#95, January 2021)
+_CUDA_LATEST = re.compile(r"((docker\.io/)?nvidia/cuda|nvcr\.io/nvidia/cuda)(:latest)?", re.I)
 #: the tag of an nvidia/cuda image (after `_NVIDIA_CUDA`): its CUDA version and the rest (-cudnn8-devel-ubuntu20.04)
 _CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)(-[^@]*)?")
 
@@ -1133,12 +1144,13 @@ _CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)(-[^@]*)?")
     "KL044",
     "base-image-deleted",
     "error",
-    "The base image is an nvidia/cuda tag NVIDIA deleted (an end-of-life CUDA release)",
+    "The base image is an nvidia/cuda tag NVIDIA deleted (an end-of-life CUDA release, or latest)",
     why=(
         "NVIDIA deletes the nvidia/cuda tags of a CUDA release from Docker Hub and NGC six months after "
         "its end of life; in July 2023 it deleted the 7.0, 8.0, 9.x and 10.x tags and the early patches of 11.2 to "
         "11.7 (11.3.0, 11.4.2, ...). `FROM` one of them fails with \"not found\" on any machine that has not "
-        "kept a copy, so the image can no longer be rebuilt as written."
+        "kept a copy, so the image can no longer be rebuilt as written. The `latest` tag (and so an untagged "
+        "nvidia/cuda) was removed in 2021."
     ),
     source=(
         "NVIDIA container-images/cuda doc/support-policy.md and its deletion notice of June 2023 "
@@ -1148,6 +1160,7 @@ _CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)(-[^@]*)?")
         "Move to a tag that exists: the last patch of the same minor (11.3.1 for 11.3.0, 11.4.3, 11.6.2, "
         "11.7.1) or a supported CUDA 12/13 release; for CUDA 10.x and older no tag remains."
     ),
+    stops_build=True,
 )
 def base_image_deleted(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
@@ -1157,6 +1170,16 @@ def base_image_deleted(ctx: Context) -> Iterator[Hit]:
     deleted = load_knowledge().deleted_cuda_tags
     for st in ctx.df.stages:
         if st.parent is not None or not st.resolved_image:
+            continue
+        if _CUDA_LATEST.fullmatch(st.resolved_image):
+            shown = st.image if st.image == st.resolved_image else f"{st.image} (= {st.resolved_image})"
+            yield Hit(
+                st.line,
+                f"FROM {shown}: NVIDIA removed the `latest` tag of its CUDA images (early 2021), so an untagged "
+                "or :latest nvidia/cuda fails with \"manifest unknown\" and the build stops here; name a tag "
+                "such as nvidia/cuda:12.8.1-runtime-ubuntu24.04",
+                stage=st.label,
+            )
             continue
         repo = _NVIDIA_CUDA.match(st.resolved_image)
         m = _CUDA_TAG.fullmatch(st.resolved_image[repo.end():]) if repo else None
@@ -1282,6 +1305,7 @@ _PYTHON_RUNNER = re.compile(r"^python(\d(?:\.\d+)?)?$")
     ),
     source="pypa/get-pip#237 (pip 25.1 drops Python 3.8), pypa/get-pip#214 (3.7); pip release notes",
     fix="Use the versioned script for that Python: https://bootstrap.pypa.io/pip/3.8/get-pip.py (or 3.7, 3.6).",
+    stops_build=True,
 )
 def get_pip_python_too_old(ctx: Context) -> Iterator[Hit]:
     from torchkiln.lint.rules import stage_python
@@ -1369,6 +1393,7 @@ _EOL_REPOS = (
         "repositories at the archive first (sed the mirrorlist out of /etc/yum.repos.d for vault.centos.org; "
         "deb http://archive.debian.org/debian stretch main in /etc/apt/sources.list)."
     ),
+    stops_build=True,
 )
 def eol_distro_repositories(ctx: Context) -> Iterator[Hit]:
     df = ctx.df
@@ -1696,4 +1721,62 @@ def wrong_package_name(ctx: Context) -> Iterator[Hit]:
                     cmd.line,
                     f"`{r.text}`: {what}{'; the build stops here' if fails else ''}. Meant: {meant}",
                     fix=f"Install {meant}.",
+                    stops=fails,
                 )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL051: apt-get update in a RUN of its own, apt-get install in a later one
+
+_APT = ("apt-get", "apt", "aptitude")
+
+
+def _apt_verb(cmd: Command) -> str | None:
+    if cmd.name.rsplit("/", 1)[-1] not in _APT:
+        return None
+    return next((a for a in cmd.argv[1:] if not a.startswith("-")), None)
+
+
+@rule(
+    "KL051",
+    "apt-update-in-own-run",
+    "warning",
+    "apt-get update runs in a RUN of its own, and a later RUN installs from the lists it left",
+    why=(
+        "The build cache keys a RUN on its text. An `apt-get update` alone in a RUN is cached once and "
+        "then reused by every later build, however old its lists get, while the `apt-get install` RUN "
+        "after it is rebuilt whenever its package list changes: it then asks the mirror for package "
+        "versions the cached lists name, which the mirror has replaced (404 Not Found, the build stops), "
+        "or installs outdated ones. Docker's best practices say to always combine the two in one RUN."
+    ),
+    source="Docker docs 'Building best practices: apt-get' (docs.docker.com/build/building/best-practices/#apt-get)",
+    fix="Run `apt-get update && apt-get install -y ... && rm -rf /var/lib/apt/lists/*` in one RUN.",
+)
+def apt_update_in_own_run(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    for i, step in enumerate(ctx.steps):
+        verbs = [(cmd, _apt_verb(cmd)) for cmd, _, _ in step.commands]
+        update = next((cmd for cmd, v in verbs if v == "update"), None)
+        if update is None or any(v in ("install", "upgrade", "dist-upgrade", "full-upgrade", "build-dep")
+                                 for _, v in verbs):
+            continue
+        chain_of = {s.index for s in ctx.df.stages if step.stage.index in {c.index for c in ctx.df.chain(s)}}
+        for later in ctx.steps[i + 1:]:
+            if later.stage.index not in chain_of:
+                continue
+            later_verbs = [(cmd, _apt_verb(cmd)) for cmd, _, _ in later.commands]
+            first_install = next((j for j, (_, v) in enumerate(later_verbs) if v == "install"), None)
+            if first_install is None:
+                continue
+            if any(v == "update" for _, v in later_verbs[:first_install]):
+                break  # that RUN refreshes the lists itself
+            install = later_verbs[first_install][0]
+            yield Hit(
+                update.line,
+                f"`{update.name.rsplit('/', 1)[-1]} update` runs in a RUN of its own; the "
+                f"`{install.name.rsplit('/', 1)[-1]} install` on line {install.line} installs from the lists "
+                "this layer cached, which later builds reuse however old they are",
+                stage=step.stage.label,
+            )
+            break
