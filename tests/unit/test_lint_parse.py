@@ -133,6 +133,7 @@ def test_kind_guessing() -> None:
         ("unknown-instruction.Dockerfile", r":2: unknown instruction 'RUNN'"),
         ("run-before-from.Dockerfile", r":1: RUN before the first FROM"),
         ("latin1.Dockerfile", r":2: not UTF-8 text"),
+        ("spaced-heredoc.Dockerfile", r":5: unknown instruction 'print\(\"hello\"\)': the line before it ends with `<< 'PYEOF'`"),
     ],
 )
 def test_malformed_files_give_one_clear_input_error(name: str, message: str) -> None:

@@ -313,6 +313,12 @@ Source = Dockerfile | Script | Definition
 # parsing
 
 
+#: a shell heredoc written `<< 'EOF'` at the end of an instruction: BuildKit reads a heredoc only
+#: from a word that starts with `<<` and names its delimiter (`<<EOF`, `<<-'EOF'`), so with the space
+#: the body lines are instructions to it (moby/buildkit frontend/dockerfile/parser, ParseHeredoc)
+_SPACED_HEREDOC = re.compile(r"<<(-?)\s+(['\"]?)([A-Za-z_]\w*)\2\s*$")
+
+
 def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
     """Parse Dockerfile text. Raises :class:`InputError` on anything ``docker build`` rejects."""
     _check_text(text, path)
@@ -356,6 +362,7 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
             return
         stages.append(_make_stage(len(stages), pending_from, tuple(current), stages, global_args, path))
 
+    previous = None
     for c in commands:
         if not c.cmd:
             raise InputError(
@@ -364,10 +371,19 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
             )
         keyword = c.cmd.upper()
         if keyword not in KNOWN_INSTRUCTIONS:
+            spaced = _SPACED_HEREDOC.search(lines[previous.end_line - 1]) if previous is not None else None
+            if spaced:
+                raise InputError(
+                    f"{path}:{c.start_line}: unknown instruction {c.cmd!r}: the line before it ends with "
+                    f"`{spaced.group(0).strip()}`, which BuildKit does not read as a heredoc (a space after `<<`), "
+                    "so the heredoc's body is read as instructions and `docker build` fails here too",
+                    hint=f"Write it without the space: `<<{spaced.group(1)}{spaced.group(2)}{spaced.group(3)}{spaced.group(2)}`.",
+                )
             raise InputError(
                 f"{path}:{c.start_line}: unknown instruction {c.cmd!r}",
                 hint="Check the spelling; if this is not a Dockerfile, lint it as a script (name it *.sh).",
             )
+        previous = c
         stage_index = len(stages) if pending_from is not None else -1
         if keyword == "FROM":
             close_stage()
