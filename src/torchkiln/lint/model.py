@@ -377,7 +377,8 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
                     f"{path}:{c.start_line}: unknown instruction {c.cmd!r}: the line before it ends with "
                     f"`{spaced.group(0).strip()}`, which BuildKit does not read as a heredoc (a space after `<<`), "
                     "so the heredoc's body is read as instructions and `docker build` fails here too",
-                    hint=f"Write it without the space: `<<{spaced.group(1)}{spaced.group(2)}{spaced.group(3)}{spaced.group(2)}`.",
+                    hint="Write it without the space: "
+                         f"`<<{spaced.group(1)}{spaced.group(2)}{spaced.group(3)}{spaced.group(2)}`.",
                 )
             raise InputError(
                 f"{path}:{c.start_line}: unknown instruction {c.cmd!r}",
