@@ -248,6 +248,11 @@ SPLIT_ROUND = {
     "heldout10": "the round after its own verdicts (2026-12-02: KL002 on --find-links file:///, KL044 on CUDA "
                  "11.0/11.1 two-part tags); it was fixed after every other rule change of session 12, and its "
                  "judges judged every finding of the rules at the session's start and at the split's commit",
+    "heldout11": "the rule changes of session 13 (2026-12-02: findings on steps a build never reaches at info, "
+                 "KL002 warning from 30 MB, KL016 on COPY --from/RUN --mount=from images and builder stages, KL044 "
+                 "on nvidia/cuda:latest, KL032 on [trusted=yes], KL051); it was chosen after those changes were "
+                 "written, committed before them, and its judges judged every finding of the rules at the session's "
+                 "start and after the changes",
 }
 
 

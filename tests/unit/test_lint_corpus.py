@@ -160,3 +160,31 @@ def test_overturned_verdicts_name_a_true_verdict_a_rule_and_a_reason() -> None:
         assert r["rule"] in RULES, r
         assert verdicts.get((r["file"], r["line"], r["rule"])) == "true", r
         assert len(r["why"]) > 20, r
+
+
+def test_heldout11_split_is_separate_judged_and_measured() -> None:
+    """Session 13's split, committed (9bcf402) before that session's rule changes: 40 files from 40
+    repositories no earlier split uses, every finding of the rules before and after judged once (a
+    known verdict with a reason, a real rule), the misses valid, docs/lint.md carrying the block."""
+    raw = _rows("heldout11.tsv")
+    assert raw[0]["file"].startswith("#") and "before any verdict" in raw[0]["file"]
+    rows = [r for r in raw if not r["file"].startswith("#")]
+    assert len(rows) == 40 and len({r["repo"] for r in rows}) == 40
+    files = {r["file"] for r in rows}
+    earlier = [r for name in ["manifest.tsv", "heldout.tsv", *(f"heldout{i}.tsv" for i in range(2, 11))]
+               for r in _rows(name) if not r["file"].startswith("#")]
+    assert not {r["repo"] for r in rows} & {r["repo"] for r in earlier}
+    for r in rows:
+        assert "/" in r["repo"] and r["path"] and len(r["commit"]) == 40, r
+    verdicts = [r for r in _rows("heldout11-verdicts.tsv") if not r["file"].startswith("#")]
+    keys = [(r["file"], r["line"], r["rule"]) for r in verdicts]
+    assert len(keys) == len(set(keys)) and len(keys) >= 85
+    for r in verdicts:
+        assert r["file"] in files and int(r["line"]) >= 1 and r["rule"] in RULES, r
+        assert r["verdict"] in ("true", "debatable", "false") and len(r["why"]) > 20, r
+    for m in _rows("heldout11-misses.tsv"):
+        assert m["file"] in files and int(m["line"]) >= 1, m
+        assert m["rule"] == "-" or m["rule"] in RULES, m
+    doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- lint_heldout11:start", 1)[1].split("<!-- lint_heldout11:end -->", 1)[0]
+    assert "40 public ML/CUDA Dockerfiles" in block and "Before the changes: **84 findings" in block

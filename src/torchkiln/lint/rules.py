@@ -1298,6 +1298,7 @@ _TORCH_SOURCE_TREES = frozenset({"pytorch"})
 #: the architecture variables of source trees that do not read TORCH_CUDA_ARCH_LIST (alone):
 #: tiny-cuda-nn's bindings read TCNN_CUDA_ARCHITECTURES (bindings/torch/setup.py)
 _REPO_ARCH_VARS: dict[str, tuple[str, ...]] = {
+    "flash-attention": ("FLASH_ATTN_CUDA_ARCHS",),  # a clone of Dao-AILab/flash-attention: flash-attn's setup.py
     "tiny-cuda-nn": ("TCNN_CUDA_ARCHITECTURES", "TORCH_CUDA_ARCH_LIST"),
     "tiny_cuda_nn": ("TCNN_CUDA_ARCHITECTURES", "TORCH_CUDA_ARCH_LIST"),
 }
@@ -2104,10 +2105,16 @@ def _arch_key(item: str) -> tuple[int, int]:
     applies_to=("dockerfile", "script", "apptainer"),
 )
 def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
+    builds = list(extension_builds(ctx))
     for d in arch_list_definitions(ctx):
         if d.value.strip().lower() == "native" or not d.value.strip():
             continue
         bad = [i for i in expand_arch_list(d.value) if i not in VALID_ARCH_STRINGS]
+        # exported in a RUN whose every extension build ignores the list (flash-attn's setup.py passes
+        # its own -gencode flags, and torch then reads no TORCH_CUDA_ARCH_LIST): nothing rejects it
+        here = [b for b in builds if d.where == "shell" and b.step.ins.line <= d.line <= b.step.ins.end_line]
+        if bad and here and all("TORCH_CUDA_ARCH_LIST" not in b.arch_vars for b in here):
+            continue
         if bad:
             shown = ", ".join(repr(b) for b in bad[:3])
             yield Hit(d.line, f"TORCH_CUDA_ARCH_LIST={d.value!r}: torch rejects {shown}")

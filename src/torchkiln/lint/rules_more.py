@@ -494,7 +494,7 @@ def wheel_for_other_torch(ctx: Context) -> Iterator[Hit]:
     "KL035",
     "run-sets-nothing",
     "warning",
-    "A RUN only exports or assigns variables, or only changes the directory, which end with it",
+    "A RUN only exports or assigns variables, changes the directory or activates an environment, which end with it",
     why=(
         "Each RUN is a new shell: `RUN export FORCE_CUDA=1` or `RUN A=1 && B=2` sets the variables "
         "for that shell only, and they are gone when it exits. The later build steps the author meant "
@@ -515,8 +515,14 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
             continue
         names: list[str] = []
         cd: str | None = None
+        activated: str | None = None
         for c in cmds:
-            if c.name == "export" and len(c.words) > 1:
+            if c.name in (".", "source") and len(c.argv) >= 2 and c.argv[1].rstrip("/").endswith("activate"):
+                # `. venv/bin/activate`, `source activate env`: only this shell's PATH changes
+                activated = " ".join(c.argv[:3] if c.argv[1] == "activate" else c.argv[:2])
+            elif c.name.rsplit("/", 1)[-1] in ("conda", "mamba", "micromamba") and tuple(c.argv[1:2]) == ("activate",):
+                activated = " ".join(c.argv[:3])
+            elif c.name == "export" and len(c.words) > 1:
                 names += [w.text.split("=", 1)[0] for w in c.words[1:] if not w.text.startswith("-")]
             elif not c.words and c.assignments:
                 names += [w.text.split("=", 1)[0] for w in c.assignments]
@@ -525,6 +531,21 @@ def run_sets_nothing(ctx: Context) -> Iterator[Hit]:
             else:
                 break
         else:
+            if activated is not None:
+                yield Hit(
+                    step.ins.line,
+                    f"RUN only activates an environment (`{activated}`): the activation changes this RUN's "
+                    "shell alone, and the next RUN runs the image's own python and pip again, not the environment's"
+                    + (" (and where /bin/sh is dash, as on Debian and Ubuntu without a bash SHELL, `source` is not "
+                       "found and the RUN fails)" if activated.startswith("source") else "")
+                    + (" (and in a shell conda has not initialized, `conda activate` itself fails with "
+                       "CommandNotFoundError)" if " activate" in activated and not activated.startswith((".", "source"))
+                       else ""),
+                    fix="Put the environment first on PATH for every later step (`ENV PATH=/opt/venv/bin:$PATH`), "
+                        "or activate it inside each RUN that needs it.",
+                    stage=step.stage.label,
+                )
+                continue
             if cd is not None and not _cd_matters(ctx, step, cd):
                 continue
             if cd is not None:
@@ -1780,3 +1801,68 @@ def apt_update_in_own_run(ctx: Context) -> Iterator[Hit]:
                 stage=step.stage.label,
             )
             break
+
+
+# ---------------------------------------------------------------------------------------------
+# KL052: a variable in an exec-form CMD/ENTRYPOINT/RUN, which no shell expands
+
+_EXEC_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_SHELLS = re.compile(r"(.*/)?(sh|bash|dash|ash|zsh)")
+
+
+def _runs_a_shell(argv: tuple[str, ...]) -> bool:
+    """`["sh", "-c", ...]` (flags such as -ec or -lc before the script): a shell that expands it."""
+    return bool(argv) and bool(_SHELLS.fullmatch(argv[0])) and any(
+        re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", a) for a in argv[1:])
+
+
+@rule(
+    "KL052",
+    "exec-form-variable",
+    "warning",
+    "An exec-form CMD, ENTRYPOINT or RUN has a $VARIABLE, which no shell expands",
+    why=(
+        "The exec form (`CMD [\"python\", \"serve.py\", \"--port\", \"$PORT\"]`) runs the program directly, "
+        "without a shell, so nothing expands `$PORT`: the program gets the five characters `$PORT` and "
+        "fails to parse them, or listens, reads or writes somewhere else than meant. Docker does not "
+        "substitute variables in CMD, ENTRYPOINT or RUN either (only in ENV, COPY, WORKDIR and the like)."
+    ),
+    source="Dockerfile reference, 'Shell and exec form' (docs.docker.com/reference/dockerfile/#shell-and-exec-form)",
+    fix=("Use the shell form (`CMD python serve.py --port $PORT`), or run a shell that expands it: "
+         "`CMD [\"sh\", \"-c\", \"exec python serve.py --port $PORT\"]`."),
+)
+def exec_form_variable(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    entry: tuple[str, ...] | None = None  # the final image's ENTRYPOINT, exec form
+    entry_shell_form = False
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword == "ENTRYPOINT":
+                entry, entry_shell_form = (tuple(ins.args), False) if ins.exec_form else (None, True)
+    last: dict[str, int] = {}
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword in ("CMD", "ENTRYPOINT"):
+                last[ins.keyword] = ins.line
+    for st in ctx.df.stages:
+        for ins in st.instructions:
+            if not ins.exec_form or ins.keyword not in ("CMD", "ENTRYPOINT", "RUN") or _runs_a_shell(ins.args):
+                continue
+            if ins.keyword != "RUN" and (not ctx.in_final_chain(st) or last.get(ins.keyword) != ins.line):
+                continue  # a CMD/ENTRYPOINT that a later one replaces, or not in the final image
+            if ins.keyword == "CMD" and (entry_shell_form or (entry is not None and _runs_a_shell(entry))):
+                continue  # a shell-form ENTRYPOINT ignores CMD; `sh -c` expands what CMD adds
+            arg = next((a for a in ins.args if _EXEC_VAR.search(a) and not a.startswith("$$")), None)
+            if arg is None:
+                continue
+            name = _EXEC_VAR.search(arg).group(1)  # type: ignore[union-attr]
+            script = ins.keyword == "CMD" and entry is not None
+            yield Hit(
+                ins.line,
+                f"exec-form {ins.keyword} passes `{arg}` as it is: the exec form runs no shell, so `${name}` is "
+                "not expanded and the program gets the literal text"
+                + (f" (unless the ENTRYPOINT, {entry[0]!r}, expands its arguments itself)" if script and entry else ""),
+                stage=st.label,
+                severity="info" if script else None,
+            )
