@@ -1417,6 +1417,23 @@ def _arch_value(env: Mapping[str, str | None], names: Iterable[str]) -> tuple[st
     return None
 
 
+#: ROCm in a stage chain: a ROCm base image, ROCm's installer or packages, a ROCm torch index
+_ROCM_BASE = re.compile(r"(^|/)rocm/", re.I)
+_ROCM_TEXT = re.compile(r"/whl/(nightly/)?rocm\d|amdgpu-install|apt(-get)? install[^&;|]*\brocm(-dev|-hip-sdk)?\b")
+
+
+def rocm_build(ctx: Context, step: Step) -> bool:
+    """Whether extensions built in ``step`` are HIP builds: the stage chain's base is a ROCm image, or an
+    earlier step installs ROCm or a ROCm torch, or the environment sets PYTORCH_ROCM_ARCH. Their target
+    list is PYTORCH_ROCM_ARCH (torch's hipify path), not TORCH_CUDA_ARCH_LIST."""
+    assert ctx.df is not None
+    if _ROCM_BASE.search(ctx.df.base_image(step.stage) or "") or "PYTORCH_ROCM_ARCH" in step.env:
+        return True
+    chain = {s.index for s in ctx.df.chain(step.stage)}
+    return any(st.stage.index in chain and st.ins.line <= step.ins.line
+               and _ROCM_TEXT.search("\n".join(sn.text for sn in st.snippets)) for st in ctx.steps)
+
+
 @rule(
     "KL008",
     "extension-without-arch-list",
@@ -1450,6 +1467,8 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
                 stage=b.step.stage.label,
             )
             continue
+        if ctx.df is not None and rocm_build(ctx, b.step):
+            continue  # a HIP build (FORCE_CUDA gates it too): PYTORCH_ROCM_ARCH, not TORCH_CUDA_ARCH_LIST
         got = _arch_value(b.env, b.arch_vars)
         if got is not None and (got[1] or "").strip().lower() != "native":
             continue
