@@ -2124,16 +2124,18 @@ def _arch_key(item: str) -> tuple[int, int]:
     applies_to=("dockerfile", "script", "apptainer"),
 )
 def arch_list_invalid(ctx: Context) -> Iterator[Hit]:
-    builds = list(extension_builds(ctx))
+    builds: list[ExtBuild] | None = None  # only read for a list torch would reject
     for d in arch_list_definitions(ctx):
         if d.value.strip().lower() == "native" or not d.value.strip():
             continue
         bad = [i for i in expand_arch_list(d.value) if i not in VALID_ARCH_STRINGS]
         # exported in a RUN whose every extension build ignores the list (flash-attn's setup.py passes
         # its own -gencode flags, and torch then reads no TORCH_CUDA_ARCH_LIST): nothing rejects it
-        here = [b for b in builds if d.where == "shell" and b.step.ins.line <= d.line <= b.step.ins.end_line]
-        if bad and here and all("TORCH_CUDA_ARCH_LIST" not in b.arch_vars for b in here):
-            continue
+        if bad and d.where == "shell":
+            builds = list(extension_builds(ctx)) if builds is None else builds
+            here = [b for b in builds if b.step.ins.line <= d.line <= b.step.ins.end_line]
+            if here and all("TORCH_CUDA_ARCH_LIST" not in b.arch_vars for b in here):
+                continue
         if bad:
             shown = ", ".join(repr(b) for b in bad[:3])
             yield Hit(d.line, f"TORCH_CUDA_ARCH_LIST={d.value!r}: torch rejects {shown}")
@@ -2344,7 +2346,7 @@ def base_not_pinned(ctx: Context) -> Iterator[Hit]:
         shown = image if image == st.image else f"{st.image} (= {image})"
         # a builder stage outside the final image's chain: only what is copied out of it can drift
         # (heldout3-heldout10's judges called 5 of 7 such findings minor, 16 of 20 on the chain true)
-        builder = ctx.final is not None and st.index not in {c.index for c in ctx.df.chain(ctx.final)}
+        builder = ctx.final is not None and not ctx.in_final_chain(st)
         note = (" (a stage the final image is not built on: only what is copied out of it can change "
                 "with the tag)") if builder else ""
         severity: Severity | None = "info" if builder else None
@@ -2355,7 +2357,6 @@ def base_not_pinned(ctx: Context) -> Iterator[Hit]:
     # COPY --from=IMAGE (uv's `COPY --from=ghcr.io/astral-sh/uv:latest /uv /bin/`): the files it copies
     # move with the tag. Only a reference that names an image (a registry path or a tag; a bare word
     # may be a named build context of `docker buildx build --build-context`)
-    chain = {c.index for c in ctx.df.chain(ctx.final)} if ctx.final is not None else set()
     for st in ctx.df.stages:
         for ins in st.instructions:
             if ins.keyword == "COPY":
@@ -2375,7 +2376,7 @@ def base_not_pinned(ctx: Context) -> Iterator[Hit]:
                     how, verb = ("COPY --from", "copies") if ins.keyword == "COPY" else ("RUN --mount=from", "mounts")
                     yield Hit(ins.line, f"{how}={ref} {what}: the files it {verb} change whenever the tag moves",
                               stage=st.label,
-                              severity=None if st.index in chain else "info",
+                              severity=None if ctx.in_final_chain(st) else "info",
                               fix=f"Pin the image's version tag (and digest): {ref.split(':')[0]}:<version>.")
 
 

@@ -1836,15 +1836,13 @@ def exec_form_variable(ctx: Context) -> Iterator[Hit]:
         return
     entry: tuple[str, ...] | None = None  # the final image's ENTRYPOINT, exec form
     entry_shell_form = False
-    for st in ctx.final_chain:
-        for ins in st.instructions:
-            if ins.keyword == "ENTRYPOINT":
-                entry, entry_shell_form = (tuple(ins.args), False) if ins.exec_form else (None, True)
-    last: dict[str, int] = {}
+    last: dict[str, int] = {}  # the line of the final image's CMD and ENTRYPOINT (the last of each)
     for st in ctx.final_chain:
         for ins in st.instructions:
             if ins.keyword in ("CMD", "ENTRYPOINT"):
                 last[ins.keyword] = ins.line
+            if ins.keyword == "ENTRYPOINT":
+                entry, entry_shell_form = (tuple(ins.args), False) if ins.exec_form else (None, True)
     for st in ctx.df.stages:
         for ins in st.instructions:
             if not ins.exec_form or ins.keyword not in ("CMD", "ENTRYPOINT", "RUN") or _runs_a_shell(ins.args):
