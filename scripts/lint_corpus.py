@@ -95,6 +95,35 @@ def lint_files(files: list[Path]) -> tuple[dict[Key, Finding], list[str], float,
     return out, errors, wall, cpu
 
 
+#: a verdict's weight when the parts of a merged finding (check.py `_merge_per_stage`) are judged apart
+_RANK = {"true": 2, "debatable": 1, "false": 0}
+
+
+#: splits whose verdicts were taken on the findings as session 14 reports them (a merged finding
+#: judged as one); every other verdict file was taken one finding per RUN
+JUDGED_MERGED = frozenset({"heldout12"})
+
+
+def covered(found: dict[Key, Finding]) -> dict[Key, Key]:
+    """Every (file, line, rule) the findings report → the finding that reports it: its own line and
+    the related lines of a merged finding (the same waste at other RUNs of its stage)."""
+    out: dict[Key, Key] = {}
+    for key, fd in found.items():
+        for rule_id, ln in fd.covers:
+            out.setdefault((key[0], ln, rule_id), key)
+    return out
+
+
+def verdict_of(key: Key, fd: Finding, verdicts: dict[Key, dict[str, str]], per_run: bool) -> str | None:
+    """The verdict of a finding. A merged finding judged in a file taken before the merge
+    (``per_run``: one verdict per RUN) gets the best verdict of its parts (true when any part is
+    true: it names that line and its fix covers it; a derived verdict, so reported as such)."""
+    if not fd.related or not per_run:
+        return verdicts.get(key, {}).get("verdict")
+    parts = [verdicts[(key[0], ln, r)]["verdict"] for r, ln in fd.covers if r == key[2] and (key[0], ln, r) in verdicts]
+    return max(parts, key=_RANK.__getitem__) if parts else None
+
+
 def lint_corpus(files: list[Path]) -> tuple[dict[Key, str], float, float]:
     """kiln's findings (key → message), the wall time and the CPU time of linting every file."""
     found, _errors, wall, cpu = lint_files(files)
@@ -115,19 +144,21 @@ def report(
     missing = [f.name for f in files if not f.is_file()]
     if missing:
         sys.exit(f"{len(missing)} manifest file(s) are not in {corpus}: {', '.join(missing[:5])}")
-    found, wall, cpu = lint_corpus(files)
+    findings, _errors, wall, cpu = lint_files(files)
+    found = {k: f.message for k, f in findings.items()}
     verdicts = {(r["file"], int(r["line"]), r["rule"]): r for r in read_tsv(verdicts_path)}
     bad = [k for k, r in verdicts.items() if r["verdict"] not in VERDICT_KINDS or not r["why"].strip()]
-    unjudged = sorted(set(found) - set(verdicts))
-    stale = sorted(set(verdicts) - set(found))
+    judged = {k: v for k, fd in findings.items() if (v := verdict_of(k, fd, verdicts, per_run=True))}
+    merged = sum(1 for fd in findings.values() if fd.related)
+    unjudged = sorted(set(found) - set(judged))
+    stale = sorted(set(verdicts) - set(covered(findings)))
 
     exe = find_hadolint(hadolint)
     version, had = run_hadolint(exe, files, suffix=None)
 
     per_rule: dict[str, Counter[str]] = defaultdict(Counter)
     for key in found:
-        v = verdicts.get(key, {}).get("verdict", "unjudged")
-        per_rule[key[2]][v] += 1
+        per_rule[key[2]][judged.get(key, "unjudged")] += 1
     total = Counter(v for c in per_rule.values() for v in c.elements())
     n = sum(total.values())
 
@@ -142,6 +173,8 @@ def report(
         + (f"; {total['unjudged']} not judged yet" if total["unjudged"] else "")
         + f"); {len(verdicts)} verdicts, each with its reason, in `docs/lint-corpus/{verdicts_path.name}`"
         + (f" ({len(stale)} on findings the rules no longer report: `--lost` lists the true ones)" if stale else "")
+        + (f"; {merged} findings merge the same waste at several RUNs of a stage, judged by their parts' "
+           "verdicts (true when any part is true)" if merged else "")
         + ".",
         f"- No crash or input error on any file. Time to lint the whole corpus: {wall:.2f} s wall, "
         f"{cpu:.2f} s CPU (one process; KL028 runs `bash -n` once per RUN; load average "
@@ -178,7 +211,7 @@ def report(
     uncovered = []
     for problem, rid in missed:
         where = sorted(
-            (f, ln) for (f, ln, r) in found if r == rid and verdicts.get((f, ln, r), {}).get("verdict") == "true"
+            (f, ln) for (f, ln, r) in found if r == rid and judged.get((f, ln, r)) == "true"
         )
         if not where:
             uncovered.append(rid)
@@ -275,6 +308,7 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         sys.exit(f"{len(missing)} manifest file(s) are not in {corpus}: {', '.join(missing[:5])}")
     findings, input_errors, wall, cpu = lint_files(files)
     found = {k: (fd.severity, fd.message) for k, fd in findings.items()}
+    reported = covered(findings)
     baseline = {(r["file"], int(r["line"]), r["rule"]): r for r in verdict_rows if not r["why"].startswith(AFTER)}
     verdicts = {(r["file"], int(r["line"]), r["rule"]): r for r in (after_rows if after_rows is not None else verdict_rows)}
     every = list(verdict_rows) + list(after_rows or [])
@@ -283,18 +317,22 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         for r in every
         if r["verdict"] not in VERDICT_KINDS or len(r["why"].strip()) < 20
     ]
-    unjudged = sorted(set(found) - set(verdicts))
-    gone = sorted(set(baseline) - set(found)) if after_rows is not None else sorted(set(verdicts) - set(found))
+    judged = {
+        k: v for k, fd in findings.items() if (v := verdict_of(k, fd, verdicts, per_run=name not in JUDGED_MERGED))
+    }
+    merged = sum(1 for fd in findings.values() if fd.related)
+    unjudged = sorted(set(found) - set(judged))
+    gone = sorted(set(baseline) - set(reported)) if after_rows is not None else sorted(set(verdicts) - set(reported))
     base = Counter(r["verdict"] for r in baseline.values())
     nb = sum(base.values())
-    now = Counter(verdicts[k]["verdict"] for k in found if k in verdicts)
+    now = Counter(judged.values())
     n = sum(now.values())
-    strict = Counter(verdicts[k]["verdict"] for k, (sev, _) in found.items() if k in verdicts and sev != "info")
+    strict = Counter(judged[k] for k, (sev, _) in found.items() if k in judged and sev != "info")
     ns = sum(strict.values())
     removed = Counter((baseline.get(k) or verdicts[k])["verdict"] for k in gone)
     exe = find_hadolint(hadolint)
     version, had = run_hadolint(exe, files, suffix=None)
-    caught = [m for m in misses if m["rule"] != "-" and (m["file"], int(m["line"]), m["rule"]) in found]
+    caught = [m for m in misses if m["rule"] != "-" and (m["file"], int(m["line"]), m["rule"]) in reported]
     open_misses = [m for m in misses if m not in caught]
     lines = [
         f"Split `{name}`: {len(files)} public ML/CUDA Dockerfiles from {len({r['repo'] for r in manifest})} "
@@ -312,6 +350,12 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
             f"Every finding now is judged in `docs/lint-corpus/{after_path.name}` (the baseline file is left as taken)."
             if after_rows is not None
             else f"Findings judged after the changes carry `{AFTER} ...` in their reason."
+        )
+        + (
+            f" {merged} findings merge the same waste at several RUNs of a stage; each is judged by its parts' "
+            "verdicts, taken one per RUN (true when any part is true)."
+            if merged and name not in JUDGED_MERGED
+            else ""
         ),
         f"- No longer reported: {sum(removed.values())} ({_counts(removed)}); "
         f"recorded misses now caught: {len(caught)} of {len(misses)}.",
@@ -334,7 +378,7 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         bk = [r for k, r in baseline.items() if k[2] == rid]
         before_cell = f"{len(bk)}, {_pct(sum(r['verdict'] == 'true' for r in bk), len(bk))}"
         ks = [k for k in found if k[2] == rid]
-        c = Counter(verdicts[k]["verdict"] for k in ks if k in verdicts)
+        c = Counter(judged[k] for k in ks if k in judged)
         info = sum(1 for k in ks if found[k][0] == "info")
         left = sum(1 for m in open_misses if m["rule"] == rid)
         same = SAME_PROBLEM.get(rid, set())
@@ -405,8 +449,11 @@ def lost_report(corpus: Path) -> int:
             print(f"{name}: none of its {len(rows)} files is in {corpus}")
             continue
         have = {f.name for f in files}
-        found, _, _ = lint_corpus(files)
+        found = covered(lint_files(files)[0])
         verdicts = CORPUS_DIR / ("verdicts.tsv" if name == "manifest" else f"{name}-verdicts.tsv")
+        if not verdicts.is_file():
+            print(f"{name}: not judged yet ({verdicts.name} is missing)")
+            continue
         rows_v = read_tsv(verdicts) + (read_tsv(CORPUS_DIR / f"{name}-after-verdicts.tsv")
                                        if (CORPUS_DIR / f"{name}-after-verdicts.tsv").is_file() else [])
         true = {(r["file"], int(r["line"]), r["rule"]) for r in rows_v if r["verdict"] == "true" and r["file"] in have}

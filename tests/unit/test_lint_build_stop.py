@@ -1,6 +1,7 @@
 """Findings on steps a build never reaches: after a command the build fails at for certain (a deleted
-base tag, a shell syntax error), the rest of that stage and every stage built on it are info, naming
-the stop; what runs before it, and stages that do not need it, keep their severity."""
+base tag, a shell syntax error), the findings on the rest of that stage and on every stage built on it
+are reported inside the stop's finding, at info; what runs before it, and stages that do not need it,
+keep their own findings and severity."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from torchkiln.lint import LintConfig, lint_text
 
 
 def _sev(text: str, config: LintConfig | None = None) -> dict[tuple[str, int], str]:
-    return {(f.rule, f.line): f.severity for f in lint_text(text, config=config or LintConfig())}
+    """(rule, line) -> severity of every finding, and of every finding reported inside another (as
+    `inside:SEVERITY`)."""
+    out = {}
+    for f in lint_text(text, config=config or LintConfig()):
+        out[(f.rule, f.line)] = f.severity
+        out.update({(r.rule, r.line): f"inside:{r.severity}" for r in f.related})
+    return out
 
 
 def _messages(text: str) -> dict[tuple[str, int], str]:
@@ -28,15 +35,16 @@ def test_a_deleted_base_makes_its_stage_and_the_stages_on_it_info() -> None:
     )
     sev = _sev(chain)
     assert sev[("KL044", 1)] == "error"
-    assert sev[("KL003", 2)] == "info" and sev[("KL002", 4)] == "info"
-    note = _messages(chain)[("KL003", 2)]
-    assert "stops first at line 1, KL044" in note and "once that is fixed" in note
+    assert sev[("KL003", 2)] == "inside:info" and sev[("KL002", 4)] == "inside:info"
+    note = _messages(chain)[("KL044", 1)]
+    assert "2 findings on the steps after it" in note and "KL003 line 2, KL002 line 4" in note
+    assert "once this is fixed" in note
     final = "FROM python:3.11-slim\n{}RUN pip install opencv-python\nUSER 1000\n"
     old = f"FROM {DELETED} AS old\nRUN mkdir /x\n"
     # a stage the final one does not need is never built: the final stage keeps its warning
     assert _sev(old + final.format(""))[("KL002", 4)] == "warning"
     # one it copies from is: the copy fails, and the final stage with it
-    assert _sev(old + final.format("COPY --from=old /x /x\n"))[("KL002", 5)] == "info"
+    assert _sev(old + final.format("COPY --from=old /x /x\n"))[("KL002", 5)] == "inside:info"
 
 
 def test_a_syntax_error_leaves_what_runs_before_it() -> None:
@@ -50,9 +58,9 @@ def test_a_syntax_error_leaves_what_runs_before_it() -> None:
     sev = _sev(text)
     assert sev[("KL028", 3)] == "error"
     assert sev[("KL003", 2)] == "warning"
-    assert sev[("KL002", 4)] == "info"
+    assert sev[("KL002", 4)] == "inside:info"
     # a [severity] setting still wins over the demotion
-    assert _sev(text, LintConfig(severity={"KL002": "error"}))[("KL002", 4)] == "error"
+    assert _sev(text, LintConfig(severity={"KL002": "error"}))[("KL002", 4)] == "inside:error"
 
 
 def test_without_a_stop_nothing_changes() -> None:

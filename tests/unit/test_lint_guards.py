@@ -57,7 +57,13 @@ def test_test_values() -> None:
 
 
 def _find(text: str) -> list[tuple[int, str, str, str]]:
-    return [(f.line, f.rule, f.severity, f.message) for f in lint_text(text, config=LintConfig())]
+    """Each finding, and each related line of a merged one (the same pip cache at several RUNs of a
+    stage) with its own severity and message."""
+    out = []
+    for f in lint_text(text, config=LintConfig()):
+        out.append((f.line, f.rule, f.severity, f.message.split("; the same in ")[0]))
+        out += [(r.line, r.rule, r.severity, r.message) for r in f.related]
+    return out
 
 
 HEAD = ("FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\n"

@@ -100,6 +100,11 @@ def _print_text(report: LintReport, verbose: bool) -> None:
         where = f"[bold]{escape(f.path)}:{f.line}[/bold]"
         console.print(f"{where}: [{_STYLE[f.severity]}]{f.rule} {f.severity}[/]: {escape(f.message)}")
         if verbose:
+            for r in f.related:
+                console.print(
+                    f"    [dim]also[/dim] {escape(f.path)}:{r.line}: [{_STYLE[r.severity]}]{r.rule} {r.severity}[/]: "
+                    f"{escape(r.message)}"
+                )
             console.print(f"    [dim]why:[/dim] {escape(f.why)} [dim]\\[{escape(f.source)}][/dim]")
             console.print(f"    [green]fix:[/green] {escape(f.fix)}")
     for e in report.errors[1:]:

@@ -45,9 +45,29 @@ class Finding:
     why: str
     source: str
     stage: str | None = None
+    #: findings reported with this one: the same problem at other RUNs of this stage (a rule with a
+    #: per-stage fix: one pip cache finding per stage, not one per RUN), or, on a command the build
+    #: fails at, the findings on the steps it never reaches
+    related: tuple[Related, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @property
+    def covers(self) -> tuple[tuple[str, int], ...]:
+        """Every (rule, line) the finding reports: its own, then its related ones'."""
+        return ((self.rule, self.line), *((r.rule, r.line) for r in self.related))
+
+
+@dataclass(frozen=True)
+class Related:
+    """A finding reported inside another: its rule, line, own severity and message."""
+
+    rule: str
+    line: int
+    end_line: int
+    severity: Severity
+    message: str
 
 
 @dataclass(frozen=True)
@@ -116,8 +136,40 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
     if ctx.df is not None:
         out = _default_build_skips(out, ctx, config)
         out = _after_build_stop(out, ctx.df, config, stops, ranges)
+    out = _merge_per_stage(out)
     out.sort(key=lambda f: (f.line, f.rule))
     return out
+
+
+def _merge_per_stage(findings: list[Finding]) -> list[Finding]:
+    """A rule with a per-stage fix (pip caches, apt lists) that fires at several RUNs of one stage
+    gives one finding, not one per RUN: at its most severe line (the first of those), its message
+    naming the other lines, which it carries as `related` (json; SARIF relatedLocations; text shows
+    each), with the rule's fix for the whole stage. Severities, suppressions and the notes of an
+    unreached or skipped step are already applied to each part, so nothing is lost or raised."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        if f.stage is not None and RULES[f.rule].per_stage_fix:
+            groups.setdefault((f.rule, f.stage), []).append(f)
+    merged: dict[int, Finding | None] = {}
+    for (rule_id, _), parts in groups.items():
+        if len(parts) < 2:
+            continue
+        parts.sort(key=lambda f: (-severity_rank(f.severity), f.line))
+        lead, rest = parts[0], sorted(parts[1:], key=lambda f: f.line)
+        others = ", ".join(f"{f.line} ({f.severity})" for f in rest)
+        merged[id(lead)] = replace(
+            lead,
+            message=f"{lead.message}; the same in {len(rest)} more RUN{'s' if len(rest) > 1 else ''} of this stage, "
+                    f"line{'s' if len(rest) > 1 else ''} {others}",
+            fix=RULES[rule_id].per_stage_fix or lead.fix,
+            related=tuple(Related(f.rule, f.line, f.end_line, f.severity, f.message) for f in rest),
+        )
+        for f in rest:
+            merged[id(f)] = None
+    if not merged:
+        return findings
+    return [m for f in findings if (m := merged.get(id(f), f)) is not None]
 
 
 def _after_build_stop(
@@ -126,10 +178,12 @@ def _after_build_stop(
 ) -> list[Finding]:
     """A finding on a step the build never reaches, because an earlier command fails for certain (an
     error of a rule that stops the build: a deleted base tag, a shell syntax error, conda's Terms of
-    Service), is about a build that cannot happen as the file is written: it is reported at info,
-    naming the stop (a `[severity]` setting still wins). Unreached: the rest of the failing stage
-    (its own RUN included) and every stage that builds on it, by FROM or COPY --from. The findings
-    stay, so none is lost: once the stop is fixed they are back at their severity."""
+    Service), is about a build that cannot happen as the file is written: it is reported inside the
+    stop's finding, as one of its related findings (at info, or its `[severity]` setting), not as a
+    finding of its own; the stop's message counts them. Unreached: the rest of the failing stage
+    (its own RUN included) and every stage that builds on it, by FROM or COPY --from. None is lost:
+    json, SARIF (relatedLocations) and the text report list each, and once the stop is fixed they are
+    findings again at their severity."""
     stage_of: dict[int, int] = {}
     for ins in df.instructions():
         for n in range(ins.line, ins.end_line + 1):
@@ -153,15 +207,27 @@ def _after_build_stop(
                 continue  # before the failing instruction: that much runs
             if index in failed:
                 moot[id(f)] = stop
+    if not moot:
+        return findings
+    unreached: dict[int, list[Related]] = {}
+    for f in findings:
+        if (cause := moot.get(id(f))) is not None:
+            unreached.setdefault(id(cause), []).append(
+                Related(f.rule, f.line, f.end_line, config.severity.get(f.rule, "info"), f.message)
+            )
     out = []
     for f in findings:
-        cause = moot.get(id(f))
-        if cause is None:
-            out.append(f)
+        if id(f) in moot:
             continue
-        note = (f" (the build never gets here as the file is written: it stops first at line {cause.line}, "
-                f"{cause.rule}; this applies once that is fixed)")
-        out.append(replace(f, message=f.message + note, severity=config.severity.get(f.rule, "info")))
+        if (parts := unreached.get(id(f))) is not None:
+            parts.sort(key=lambda r: (r.line, r.rule))
+            n = len(parts)
+            note = (f"; {n} finding{'s' if n > 1 else ''} on the steps after it, which the build never reaches as "
+                    f"the file is written, {'are' if n > 1 else 'is'} listed with it ("
+                    + ", ".join(f"{r.rule} line {r.line}" for r in parts)
+                    + "; they apply once this is fixed)")
+            f = replace(f, message=f.message + note, related=f.related + tuple(parts))
+        out.append(f)
     return out
 
 

@@ -27,6 +27,8 @@ def to_text(report: LintReport, *, verbose: bool = True) -> str:
     for f in report.findings:
         lines.append(f"{f.path}:{f.line}: {f.rule} {f.severity}: {f.message}")
         if verbose:
+            for r in f.related:
+                lines.append(f"    also {f.path}:{r.line}: {r.rule} {r.severity}: {r.message}")
             lines.append(f"    why: {f.why} [{f.source}]")
             lines.append(f"    fix: {f.fix}")
     for e in report.errors:
@@ -104,6 +106,17 @@ def to_sarif(report: LintReport) -> dict[str, Any]:
                     }
                 ],
                 "partialFingerprints": {"kilnFindingHash/v1": _fingerprint(f)},
+                **({"relatedLocations": [
+                    {
+                        "id": i,
+                        "physicalLocation": {
+                            "artifactLocation": _artifact(f.path),
+                            "region": {"startLine": r.line, "endLine": max(r.end_line, r.line)},
+                        },
+                        "message": {"text": f"{r.rule} {r.severity}: {r.message}"},
+                    }
+                    for i, r in enumerate(f.related)
+                ]} if f.related else {}),
             }
         )
     notifications = [

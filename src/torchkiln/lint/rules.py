@@ -64,6 +64,9 @@ class Rule:
     applies_to: frozenset[FileKind]
     #: its error findings are commands the build fails at (a deleted base tag, a shell syntax error)
     stops_build: bool = False
+    #: the same waste at several RUNs of one stage is one finding (check.py `_merge_per_stage`): at
+    #: its most severe line, the others listed as related lines, with this fix for all of them
+    per_stage_fix: str | None = None
 
 
 RULES: dict[str, Rule] = {}
@@ -80,11 +83,14 @@ def rule(
     fix: str,
     applies_to: Iterable[FileKind] = ("dockerfile",),
     stops_build: bool = False,
+    per_stage_fix: str | None = None,
 ) -> Callable[[Check], Check]:
     def register(fn: Check) -> Check:
         if id in RULES:
             raise ValueError(f"duplicate rule id {id}")
-        RULES[id] = Rule(id, name, severity, summary, why, source, fix, fn, frozenset(applies_to), stops_build)
+        RULES[id] = Rule(
+            id, name, severity, summary, why, source, fix, fn, frozenset(applies_to), stops_build, per_stage_fix
+        )
         return fn
 
     return register
@@ -361,6 +367,11 @@ def _pip_config_disables_cache(ctx: Context, step: Step, inst: Install) -> bool:
     fix=(
         "RUN --mount=type=cache,target=/root/.cache/pip pip install ... (uv: target=/root/.cache/uv), "
         "or add --no-cache-dir (uv: --no-cache)."
+    ),
+    per_stage_fix=(
+        "Turn the cache off once for the whole stage, before its first install: `ENV PIP_NO_CACHE_DIR=1` "
+        "(uv: `ENV UV_NO_CACHE=1`), or give each of these RUNs --mount=type=cache,target=/root/.cache/pip "
+        "(uv: /root/.cache/uv), which also reuses the downloads across builds."
     ),
 )
 def pip_cache_in_layer(ctx: Context) -> Iterator[Hit]:
@@ -732,6 +743,10 @@ def _local_only(inst: Install) -> bool:
     source="Docker docs 'Building best practices: apt-get' (docs.docker.com/build/building/best-practices/)",
     fix=(
         "End the RUN with `&& rm -rf /var/lib/apt/lists/*`, or mount "
+        "--mount=type=cache,target=/var/lib/apt,sharing=locked (and /var/cache/apt)."
+    ),
+    per_stage_fix=(
+        "End each of these RUNs with `&& rm -rf /var/lib/apt/lists/*`, or give each "
         "--mount=type=cache,target=/var/lib/apt,sharing=locked (and /var/cache/apt)."
     ),
 )
