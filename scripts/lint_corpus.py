@@ -286,6 +286,10 @@ SPLIT_ROUND = {
                  "on nvidia/cuda:latest, KL032 on [trusted=yes], KL051); it was chosen after those changes were "
                  "written, committed before them, and its judges judged every finding of the rules at the session's "
                  "start and after the changes",
+    "heldout12": "the rule changes of session 14 (2026-12-02: one KL002/KL003 finding per stage, findings on steps a "
+                 "build never reaches inside the stop's finding); it was committed before them, its judges judged "
+                 "every finding of the rules at the session's start and after the changes, and a third blind judge "
+                 "the findings the round after its verdicts changed",
 }
 
 

@@ -270,9 +270,14 @@ def _same_dir(word: str, path: str) -> bool:
 
 def _cache_cleared(step: Step, inst: Install) -> bool:
     """A later command of the same RUN empties the tool's cache (`pip cache purge`, `uv cache clean`)."""
+    def words(cmd: Command) -> tuple[str, ...]:  # `python3 -m pip cache purge` reads as `pip cache purge`
+        argv = tuple(cmd.argv)
+        if len(argv) >= 3 and argv[1] == "-m" and argv[2] in ("pip", "uv"):
+            return argv[2:]
+        return argv if cmd.name.startswith("pip") or cmd.name == "uv" else ()
+
     return any(
-        cmd.argv[1:3] in (("cache", "purge"), ("cache", "clean"), ("cache", "prune"))
-        and (cmd.name.startswith("pip") or cmd.name in ("uv", "python", "python3") or "-m" in cmd.argv[:3])
+        words(cmd)[1:3] in (("cache", "purge"), ("cache", "clean"), ("cache", "prune"))
         for cmd in _commands_after(step, inst)
     )
 
@@ -729,6 +734,19 @@ def _local_only(inst: Install) -> bool:
 # KL003
 
 
+def _installs_from_earlier_lists(ctx: Context, step: Step) -> list[int]:
+    """The lines of later RUNs of the same stage that run `apt-get install` with no `apt-get update`
+    of their own: they install from the lists this RUN downloaded, so this RUN cannot remove them."""
+    later = [s for s in ctx.steps if s.stage is step.stage and s.ins.line > step.ins.line]
+    out = []
+    for s in later:
+        cmds = [cmd for cmd, _, _ in s.commands if cmd.name in ("apt-get", "apt", "aptitude")]
+        if any("update" in c.argv[1:] for c in cmds) or any(_refreshes_lists(c) for c, _, _ in s.commands):
+            break  # this one refreshes the lists: those after it use its lists
+        out += [c.line for c in cmds if "install" in c.argv[1:]]
+    return out
+
+
 @rule(
     "KL003",
     "apt-lists-not-removed",
@@ -790,6 +808,19 @@ def apt_lists(ctx: Context) -> Iterator[Hit]:
                 if culprit.name == "add-apt-repository"
                 else "apt-get update"
             )
+            users = _installs_from_earlier_lists(ctx, step)
+            if users:  # (an update in a RUN of its own is KL051's too: the later installs read stale lists)
+                lines = ", ".join(str(n) for n in users)
+                yield Hit(
+                    culprit.line,
+                    f"{what} in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer{after}, and the "
+                    f"apt-get install at line{'s' if len(users) > 1 else ''} {lines} installs from these lists "
+                    "later, so they cannot simply be removed at the end of this RUN",
+                    fix=f"Run this update, the installs at line{'s' if len(users) > 1 else ''} {lines} and "
+                        "`rm -rf /var/lib/apt/lists/*` in one RUN.",
+                    stage=step.stage.label,
+                )
+                continue
             yield Hit(
                 culprit.line,
                 f"{what} in {_stage_label(step.stage)} leaves /var/lib/apt/lists in the layer{after}",
@@ -1125,6 +1156,16 @@ def secrets_in_arg_env(ctx: Context) -> Iterator[Hit]:
             if ins.keyword == "ENV" and value is not None and value.strip().strip("\"'") == "":
                 continue  # `ENV OPENAI_API_KEY=""`: an empty placeholder set at run time, no secret stored
             if secret_name(name) and not _flag_value(value):
+                if 0 <= ins.stage < len(ctx.df.stages) and not ctx.in_final_chain(ctx.df.stages[ins.stage]):
+                    st = ctx.df.stages[ins.stage]
+                    yield Hit(
+                        ins.line,
+                        f"{ins.keyword} {name} looks like a secret, in {_stage_label(st)}, which the final image is "
+                        "not built on: it is not in the shipped image's config or history, but it is in that "
+                        "stage's build cache and history (and in a provenance attestation with mode=max)",
+                        severity="info",
+                    )
+                    continue
                 yield Hit(ins.line, f"{ins.keyword} {name} looks like a secret and is stored in the image")
                 continue
             if value:
@@ -1237,6 +1278,8 @@ _FORCE_CUDA_GATED = frozenset(
 #: extensions whose setup.py sets its own TORCH_CUDA_ARCH_LIST when no GPU is visible and none is
 #: given (apex's, which kaolin's copies: "6.0;6.1;6.2;7.0;7.5", plus 8.0/8.6 on CUDA 11), without +PTX
 _OWN_DEFAULT_LIST = frozenset({"apex", "kaolin"})
+#: Transformer Engine's names: its build sets a fixed NVTE_CUDA_ARCHS list when none is given
+_TE_LABELS = frozenset({"transformer-engine", "transformer-engine-torch", "transformerengine"})
 #: extensions heavy enough to OOM a builder with one nvcc job per CPU (KL011)
 _HEAVY = frozenset(
     {"flash-attn", "flash-attention", "xformers", "vllm", "deepspeed", "transformerengine",
@@ -1488,17 +1531,28 @@ def ext_arch_list(ctx: Context) -> Iterator[Hit]:
         if got is not None and (got[1] or "").strip().lower() != "native":
             continue
         names = " or ".join(b.arch_vars)
+        if b.label in _TE_LABELS and got is None:
+            # Transformer Engine never probes the GPU: build_tools' cuda_archs() sets NVTE_CUDA_ARCHS to a
+            # fixed list, 70;80;89;90 (plus 100;120 from CUDA 12.8), every GPU the toolkit targets
+            continue
         if b.label in _OWN_DEFAULT_LIST and got is None:
             cuda = _image_cuda(ctx.df.base_image(b.step.stage) or "") if ctx.df is not None else None
             if cuda is not None and cuda[0] < 11:
                 continue  # apex's own list (6.0-7.5) covers every GPU a CUDA 9/10 toolkit targets
+            if (b.label == "apex" and _apex_origin(ctx, b) is None and _source_pin(b) is None
+                    and (cuda is None or cuda >= (11, 8))):
+                # NVIDIA/apex's default branch (what an unpinned clone builds) sets a list per toolkit:
+                # 6.0-9.0 from CUDA 11.8, 7.0-12.0 (Blackwell) from 12.8, 7.5-12.0 from 13.0
+                continue
             yield Hit(
                 b.install.line,
-                f"{b.label} is compiled without TORCH_CUDA_ARCH_LIST: with no GPU visible its setup.py sets its "
-                "own default list (Pascal to Turing, plus 8.0/8.6 on CUDA 11), without +PTX: GPUs after "
-                f"Ampere (Ada, Hopper, Blackwell) get no {b.label} kernels",
+                f"{b.label} is compiled without TORCH_CUDA_ARCH_LIST: with no GPU visible its setup.py"
+                + (" (this pinned or forked apex may predate the default branch's list per toolkit, which "
+                   "reaches Hopper from CUDA 11.8 and Blackwell from 12.8; if so, it)" if b.label == "apex" else "")
+                + " sets its own default list (Pascal to Turing, plus 8.0/8.6 on CUDA 11), without +PTX: GPUs "
+                f"after Ampere (Ada, Hopper, Blackwell) get no {b.label} kernels",
                 stage=b.step.stage.label,
-                severity="warning",
+                severity="info" if b.label == "apex" else "warning",  # a pin may postdate the new list
             )
             continue
         if b.label == "vllm" and got is None:

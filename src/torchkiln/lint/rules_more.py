@@ -1544,7 +1544,9 @@ def _added_by(ins_kw: str, srcs: tuple[str, ...], dest: str, workdir: str | None
         folder = whole or src.endswith("/") or ("." not in name and not _PLAIN_FILE.match(name))
         if not (folder or _BULKY.search(name)):
             continue
-        path = target if whole or not many else f"{target.rstrip('/')}/{name}"
+        # a folder's contents land in the destination itself (COPY dir /tmp/ makes /tmp/<its files>,
+        # never /tmp/dir); a file goes into a destination folder under its own name
+        path = target if whole or folder or not many else f"{target.rstrip('/')}/{name}"
         what = "the build context" if whole else (f"the folder {src}" if folder else src)
         out.append((path, f"{ins_kw} of {what}"))
     return out
