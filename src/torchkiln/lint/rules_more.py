@@ -17,7 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import AUTOMATIC_ARGS, Context, Step, base_ships_torch
-from torchkiln.lint.model import Dockerfile, Snippet, Stage, arg_pairs, env_pairs, substitute
+from torchkiln.lint.model import Dockerfile, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, git_clone, image_tag, rule
 from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
 
@@ -1866,3 +1866,102 @@ def exec_form_variable(ctx: Context) -> Iterator[Hit]:
                 stage=st.label,
                 severity="info" if script else None,
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL053: a COPY of a folder puts its contents in the destination, and a later step reads the folder's name
+
+@rule(
+    "KL053",
+    "copied-folder-name-dropped",
+    "warning",
+    "COPY of a folder puts its contents in the destination, but a later step reads DEST/FOLDER/...",
+    why=(
+        "When a COPY or ADD source is a folder, Docker copies what is inside it, not the folder itself: "
+        "`COPY TensorRT-8.4 /opt/` gives /opt/lib and /opt/include, never /opt/TensorRT-8.4 (with or "
+        "without a trailing slash on the destination). A later ENV, RUN or COPY that reads "
+        "/opt/TensorRT-8.4/lib finds nothing there: a library path that is empty, a `[ -d ... ]` branch "
+        "that never runs, a `cp` that fails."
+    ),
+    source="Dockerfile reference, COPY: 'If <src> is a directory, the entire contents of the directory are "
+           "copied ... The directory itself isn't copied, only its contents' "
+           "(docs.docker.com/reference/dockerfile/#copy)",
+    fix="Name the folder in the destination: `COPY TensorRT-8.4 /opt/TensorRT-8.4`.",
+)
+def copied_folder_name_dropped(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    steps = {id(st.ins): st for st in ctx.steps}
+    for stage in ctx.df.stages:
+        workdir: str | None = None
+        for anc in ctx.df.chain(stage)[:-1]:
+            for ins in anc.instructions:
+                if ins.keyword == "WORKDIR" and ins.args:
+                    workdir = _join(workdir or "/", ins.args[0])
+        pending: list[tuple[str, str, str, int]] = []  # the path a copy does not make, src, dest, its line
+        for ins in stage.instructions:
+            for lost, src, dest, line in list(pending):
+                under = re.compile(r"(?<![\w./-])" + re.escape(lost) + r"/[\w.*-]")
+                exact = re.compile(r"(?<![\w./-])" + re.escape(lost) + r"(?![\w.-])")
+                if _makes(ins, steps.get(id(ins)), lost, workdir):
+                    pending.remove((lost, src, dest, line))
+                    continue
+                text = ins.original
+                if ins.keyword in ("ENV", "RUN", "COPY", "ADD", "WORKDIR", "CMD", "ENTRYPOINT") and under.search(text):
+                    pending.remove((lost, src, dest, line))
+                    yield Hit(
+                        line,
+                        f"`{src.rstrip('/')}` is a folder (line {ins.line} reads paths inside {lost}), and COPY puts "
+                        f"a folder's contents in {dest}, not in {lost}: those paths are not there (unless "
+                        f"{src.rstrip('/')} itself holds a folder named {posixpath.basename(lost)})",
+                        fix=f"Name the folder in the destination: `... {src.rstrip('/')} {lost}`.",
+                        stage=stage.label,
+                    )
+                elif exact.search(text) and ins.keyword == "RUN":
+                    pending.remove((lost, src, dest, line))  # read as a whole (a test, a move): not certain
+            if ins.keyword == "WORKDIR" and ins.args and "$" not in ins.args[0]:
+                workdir = _join(workdir or "/", ins.args[0])
+            elif ins.keyword in ("COPY", "ADD") and len(ins.args) >= 2 and not ins.heredocs and "$" not in ins.args[-1]:
+                target = _join(workdir or "/", ins.args[-1])
+                if target is None:
+                    continue
+                for src in ins.args[:-1]:
+                    name = posixpath.basename(src.rstrip("/"))
+                    if (not name or "://" in src or "$" in src or any(c in src for c in "*?[")
+                            or name in (".", "..") or (ins.keyword == "ADD" and _ARCHIVE.search(name))):
+                        continue
+                    pending.append((posixpath.join(target, name), src, target, ins.line))
+
+
+_ARCHIVE = re.compile(r"\.(tar|tgz|tbz2?|txz|tar\.(gz|bz2|xz|zst))$", re.I)
+_OUT_FLAGS = {"tar": {"-C", "--directory"}, "unzip": {"-d"}, "wget": {"-O", "-P", "--output-document"},
+              "curl": {"-o", "--output"}}
+
+
+def _made_paths(cmd: Command, cwd: str | None) -> list[str | None]:
+    """The paths a command writes: mkdir's operands, the target (last operand) of cp/mv/ln/rsync/
+    install and of `git clone`, and the folder or file after tar's -C, unzip's -d, wget's -O/-P,
+    curl's -o."""
+    words = [w.text for w in cmd.words[1:]]
+    operands = [w for w in words if not w.startswith("-")]
+    if cmd.name == "mkdir":
+        return [_join(cwd, w) for w in operands]
+    if cmd.name in ("cp", "mv", "ln", "rsync", "install") or (cmd.name == "git" and "clone" in operands):
+        return [_join(cwd, operands[-1])] if len(operands) >= 2 else []
+    flags = _OUT_FLAGS.get(cmd.name, set())
+    return [_join(cwd, b) for a, b in zip(words, words[1:], strict=False) if a in flags]
+
+
+def _makes(ins: Instruction, step: Step | None, path: str, workdir: str | None) -> bool:
+    """This instruction can make ``path`` itself: a COPY/ADD or WORKDIR to it or below it, or a RUN
+    command that writes it or something inside it."""
+    def inside(p: str | None) -> bool:
+        return p is not None and (p == path or p.startswith(path + "/"))
+
+    if ins.keyword == "WORKDIR" and ins.args:
+        return inside(_join(workdir or "/", ins.args[0]))
+    if ins.keyword in ("COPY", "ADD") and ins.args:
+        return inside(_join(workdir or "/", ins.args[-1]))
+    if ins.keyword == "RUN" and step is not None:
+        return any(inside(p) for cmd, _env, cwd in step.commands for p in _made_paths(cmd, cwd))
+    return False

@@ -4,5 +4,5 @@ FROM python:3.11-slim AS builder
 RUN mkdir -p /tmp/gdrcopy_libs && touch /tmp/gdrcopy_libs/libgdrapi.so
 FROM python:3.11-slim
 COPY --from=builder /tmp/gdrcopy_libs /tmp/
-RUN if [ -d /tmp/gdrcopy_libs ]; then cp -a /tmp/gdrcopy_libs/* /usr/lib/ && rm -rf /tmp/gdrcopy_libs; fi
+RUN cp -a /tmp/libgdrapi.so /usr/lib/ && rm -rf /tmp/gdrcopy_libs
 USER 1000:1000
