@@ -30,7 +30,7 @@ from torchkiln.lint.context import (
 )
 from torchkiln.lint.downloads import TORCH_BOUND, Download, download, known_closure
 from torchkiln.lint.model import FileKind, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
-from torchkiln.lint.shell import Command, Install, Req, Token, split_assignment, tokenize
+from torchkiln.lint.shell import Command, Install, Req, Token, module_argv, split_assignment, tokenize
 
 
 @dataclass(frozen=True)
@@ -271,10 +271,9 @@ def _same_dir(word: str, path: str) -> bool:
 def _cache_cleared(step: Step, inst: Install) -> bool:
     """A later command of the same RUN empties the tool's cache (`pip cache purge`, `uv cache clean`)."""
     def words(cmd: Command) -> tuple[str, ...]:  # `python3 -m pip cache purge` reads as `pip cache purge`
-        argv = tuple(cmd.argv)
-        if len(argv) >= 3 and argv[1] == "-m" and argv[2] in ("pip", "uv"):
-            return argv[2:]
-        return argv if cmd.name.startswith("pip") or cmd.name == "uv" else ()
+        argv = module_argv(cmd.argv)
+        prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+        return tuple(argv) if prog.startswith("pip") or prog == "uv" else ()
 
     return any(
         words(cmd)[1:3] in (("cache", "purge"), ("cache", "clean"), ("cache", "prune"))

@@ -1526,6 +1526,16 @@ def _join(base: str | None, path: str) -> str | None:
     return posixpath.normpath(posixpath.join(base or "/", path))
 
 
+def _inherited_workdir(df: Dockerfile, stage: Stage) -> str | None:
+    """The WORKDIR a stage starts in: the last one set by the stages it is built FROM."""
+    workdir: str | None = None
+    for anc in df.chain(stage)[:-1]:
+        for ins in anc.instructions:
+            if ins.keyword == "WORKDIR" and ins.args:
+                workdir = _join(workdir or "/", ins.args[0])
+    return workdir
+
+
 def _added_by(ins_kw: str, srcs: tuple[str, ...], dest: str, workdir: str | None) -> list[tuple[str, str]]:
     """(path in the image, what it is) that a COPY/ADD puts in its layer and that is bulky: the whole
     context or a folder (a trailing /, no extension), an archive, a wheel or weights."""
@@ -1621,11 +1631,7 @@ def removed_in_later_layer(ctx: Context) -> Iterator[Hit]:
     added: list[tuple[str, str, int]] = []  # path, what, line
     steps = {id(st.ins): st for st in ctx.steps}
     for stage in ctx.final_chain:
-        workdir: str | None = None
-        for anc in ctx.df.chain(stage)[:-1]:
-            for ins in anc.instructions:
-                if ins.keyword == "WORKDIR" and ins.args:
-                    workdir = _join(workdir or "/", ins.args[0])
+        workdir = _inherited_workdir(ctx.df, stage)
         for ins in stage.instructions:
             if ins.keyword == "WORKDIR" and ins.args and "$" not in ins.args[0]:
                 workdir = _join(workdir or "/", ins.args[0])
@@ -1893,11 +1899,7 @@ def copied_folder_name_dropped(ctx: Context) -> Iterator[Hit]:
         return
     steps = {id(st.ins): st for st in ctx.steps}
     for stage in ctx.df.stages:
-        workdir: str | None = None
-        for anc in ctx.df.chain(stage)[:-1]:
-            for ins in anc.instructions:
-                if ins.keyword == "WORKDIR" and ins.args:
-                    workdir = _join(workdir or "/", ins.args[0])
+        workdir = _inherited_workdir(ctx.df, stage)
         pending: list[tuple[str, str, str, int]] = []  # the path a copy does not make, src, dest, its line
         for ins in stage.instructions:
             for lost, src, dest, line in list(pending):
@@ -1946,7 +1948,9 @@ def _made_paths(cmd: Command, cwd: str | None) -> list[str | None]:
     operands = [w for w in words if not w.startswith("-")]
     if cmd.name == "mkdir":
         return [_join(cwd, w) for w in operands]
-    if cmd.name in ("cp", "mv", "ln", "rsync", "install") or (cmd.name == "git" and "clone" in operands):
+    if (clone := git_clone(cmd)) is not None:
+        return [_join(cwd, clone[1])]
+    if cmd.name in ("cp", "mv", "ln", "rsync", "install"):
         return [_join(cwd, operands[-1])] if len(operands) >= 2 else []
     flags = _OUT_FLAGS.get(cmd.name, set())
     return [_join(cwd, b) for a, b in zip(words, words[1:], strict=False) if a in flags]

@@ -625,16 +625,26 @@ def uv_global_options(args: list[str]) -> int:
     return min(i, len(args))
 
 
+_PYTHON = re.compile(r"python(\d(\.\d+)?)?")
+
+
+def module_argv(argv: Sequence[str]) -> list[str]:
+    """`python -m pip ...` (python3.11, python -m uv) as the `pip ...` it runs; any other argv as is."""
+    if (len(argv) >= 3 and _PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1])
+            and argv[1] == "-m" and argv[2] in ("pip", "uv")):
+        return list(argv[2:])
+    return list(argv)
+
+
 def recognize(cmd: Command, env: Mapping[str, str | None]) -> Install | None:
     """Recognize a package install/build command; None for anything else."""
     argv = list(cmd.argv)
     if not argv:
         return None
     prog = argv[0].rsplit("/", 1)[-1]
-    # python -m pip ..., python3.11 -m pip, python -m uv
-    if re.fullmatch(r"python(\d(\.\d+)?)?", prog):
-        if len(argv) >= 3 and argv[1] == "-m" and argv[2] in ("pip", "uv"):
-            argv = argv[2:]
+    if _PYTHON.fullmatch(prog):
+        if (run := module_argv(argv)) != argv:
+            argv = run
             prog = argv[0]
         elif len(argv) >= 3 and argv[1].endswith("setup.py"):
             subs = [a for a in argv[2:] if not a.startswith("-")]
