@@ -101,7 +101,7 @@ _RANK = {"true": 2, "debatable": 1, "false": 0}
 
 #: splits whose verdicts were taken on the findings as session 14 reports them (a merged finding
 #: judged as one); every other verdict file was taken one finding per RUN
-JUDGED_MERGED = frozenset({"heldout12"})
+JUDGED_MERGED = frozenset({"heldout12", "heldout13"})
 
 
 def covered(found: dict[Key, Finding]) -> dict[Key, Key]:
@@ -115,12 +115,16 @@ def covered(found: dict[Key, Finding]) -> dict[Key, Key]:
 
 
 def verdict_of(key: Key, fd: Finding, verdicts: dict[Key, dict[str, str]], per_run: bool) -> str | None:
-    """The verdict of a finding. A merged finding judged in a file taken before the merge
-    (``per_run``: one verdict per RUN) gets the best verdict of its parts (true when any part is
-    true: it names that line and its fix covers it; a derived verdict, so reported as such)."""
-    if not fd.related or not per_run:
+    """The verdict of a finding. A merged finding gets the best verdict of its parts that were
+    judged (true when any part is true: it names that line and its fix covers it; a derived verdict,
+    so reported as such): in a file taken before the merge (``per_run``: one verdict per RUN) every
+    part was judged; in one taken on merged findings, the lead was, and the parts of another rule
+    (the package caches merged since, check.py `_merge_per_stage`) were judged as findings of their own."""
+    if not fd.related:
         return verdicts.get(key, {}).get("verdict")
-    parts = [verdicts[(key[0], ln, r)]["verdict"] for r, ln in fd.covers if r == key[2] and (key[0], ln, r) in verdicts]
+    parts = [verdicts[(key[0], ln, r)]["verdict"] for r, ln in fd.covers if (key[0], ln, r) in verdicts]
+    if not per_run and key not in verdicts:
+        return None
     return max(parts, key=_RANK.__getitem__) if parts else None
 
 
@@ -290,6 +294,11 @@ SPLIT_ROUND = {
                  "build never reaches inside the stop's finding); it was committed before them, its judges judged "
                  "every finding of the rules at the session's start and after the changes, and a third blind judge "
                  "the findings the round after its verdicts changed",
+    "heldout13": "the rule changes of session 15 (2026-12-03: one finding for a stage's package caches, KL049 on rm "
+                 "globs, KL054 on wheels and installers left in the image, KL001 on vLLM/SGLang, more serving "
+                 "evidence for KL001/KL005); those were written from heldout12's misses before the split was chosen, "
+                 "committed after it, and its judges judged every finding of the rules at the session's start and "
+                 "after the changes",
 }
 
 

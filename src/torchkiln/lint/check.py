@@ -27,7 +27,7 @@ from torchkiln.lint.model import (
     parse_script,
     read_source,
 )
-from torchkiln.lint.rules import RULES, ordered_rules
+from torchkiln.lint.rules import PACKAGE_CACHES, RULES, ordered_rules
 
 _SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache"}
 
@@ -142,27 +142,46 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
 
 
 def _merge_per_stage(findings: list[Finding]) -> list[Finding]:
-    """A rule with a per-stage fix (pip caches, apt lists) that fires at several RUNs of one stage
-    gives one finding, not one per RUN: at its most severe line (the first of those), its message
-    naming the other lines, which it carries as `related` (json; SARIF relatedLocations; text shows
-    each), with the rule's fix for the whole stage. Severities, suppressions and the notes of an
-    unreached or skipped step are already applied to each part, so nothing is lost or raised."""
+    """Waste a stage leaves at several RUNs gives one finding for the stage, not one per RUN: a rule
+    with a per-stage fix (pip caches, apt lists) at several RUNs, and the package-cache rules
+    (`PACKAGE_CACHES`: pip/uv, conda, dnf/apk caches and apt lists) together. The finding is at the
+    most severe line (then the biggest waste, then the first line), its message names the other
+    lines, which it carries as `related` (json; SARIF relatedLocations; text shows each), and its fix
+    covers all of them. Severities, suppressions and the notes of an unreached or skipped step are
+    already applied to each part, so nothing is lost or raised."""
     groups: dict[tuple[str, str], list[Finding]] = {}
     for f in findings:
-        if f.stage is not None and RULES[f.rule].per_stage_fix:
+        if f.stage is None:
+            continue
+        if f.rule in PACKAGE_CACHES:
+            groups.setdefault(("package caches", f.stage), []).append(f)
+        elif RULES[f.rule].per_stage_fix:
             groups.setdefault((f.rule, f.stage), []).append(f)
+    biggest = list(PACKAGE_CACHES)
     merged: dict[int, Finding | None] = {}
-    for (rule_id, _), parts in groups.items():
+    for parts in groups.values():
         if len(parts) < 2:
             continue
-        parts.sort(key=lambda f: (-severity_rank(f.severity), f.line))
+        parts.sort(key=lambda f: (-severity_rank(f.severity),
+                                  biggest.index(f.rule) if f.rule in biggest else 0, f.line))
         lead, rest = parts[0], sorted(parts[1:], key=lambda f: f.line)
-        others = ", ".join(f"{f.line} ({f.severity})" for f in rest)
+        by_rule: dict[str, list[Finding]] = {}
+        for f in parts:
+            by_rule.setdefault(f.rule, []).append(f)
+        message = lead.message
+        same = [f for f in rest if f.rule == lead.rule]
+        if same:
+            message += (f"; the same in {len(same)} more RUN{'s' if len(same) > 1 else ''} of this stage, "
+                        f"line{'s' if len(same) > 1 else ''} {_lines(same)}")
+        others = [r for r in by_rule if r != lead.rule]
+        if others:
+            message += "; this stage also leaves " + ", ".join(
+                f"{PACKAGE_CACHES[r]} (line{'s' if len(by_rule[r]) > 1 else ''} {_lines(by_rule[r])})" for r in others)
+        fix = _stage_fix(lead.rule, by_rule[lead.rule])
+        for r in others:
+            fix += f" For the {PACKAGE_CACHES[r]}: {_stage_fix(r, by_rule[r])}"
         merged[id(lead)] = replace(
-            lead,
-            message=f"{lead.message}; the same in {len(rest)} more RUN{'s' if len(rest) > 1 else ''} of this stage, "
-                    f"line{'s' if len(rest) > 1 else ''} {others}",
-            fix=RULES[rule_id].per_stage_fix or lead.fix,
+            lead, message=message, fix=fix,
             related=tuple(Related(f.rule, f.line, f.end_line, f.severity, f.message) for f in rest),
         )
         for f in rest:
@@ -170,6 +189,18 @@ def _merge_per_stage(findings: list[Finding]) -> list[Finding]:
     if not merged:
         return findings
     return [m for f in findings if (m := merged.get(id(f), f)) is not None]
+
+
+def _lines(parts: list[Finding]) -> str:
+    return ", ".join(f"{f.line} ({f.severity})" for f in sorted(parts, key=lambda f: f.line))
+
+
+def _stage_fix(rule_id: str, parts: list[Finding]) -> str:
+    """The fix for a rule's parts of a merged finding: its own when it is one RUN, else the rule's
+    fix for the whole stage."""
+    if len(parts) == 1:
+        return parts[0].fix
+    return RULES[rule_id].per_stage_fix or parts[0].fix
 
 
 def _after_build_stop(

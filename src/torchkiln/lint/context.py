@@ -56,12 +56,17 @@ _TRAINING_WORDS = re.compile(r"\b(torchrun|deepspeed|accelerate\s+launch|train[a
 #: CMD/ENTRYPOINT words that mark an image that serves requests (a deployed image, where running
 #: as root or shipping the CUDA toolkit is a real cost); dev, CI and training images do not match
 _SERVING_WORDS = re.compile(
-    r"(\bserve\b|api_server|\bserver\b|uvicorn|gunicorn|launcher\b|tritonserver|streamlit|gradio"
-    r"|\bflask\b|\bapp\.py)",
+    r"(\bserve\b|api_server|\bserver\b|uvicorn|gunicorn|launcher\b|tritonserver|torchserve|streamlit|gradio"
+    r"|\bflask\b|\bapp\.py|\w[\w.]*[_-]server\b|\bjina\b)",
     re.I,
 )
-#: packages that compile CUDA code at run time (JIT), so their image needs nvcc (a devel base)
-JIT_PACKAGES = frozenset({"deepspeed", "flashinfer", "flashinfer-python", "apex", "mamba-ssm", "causal-conv1d"})
+#: packages that compile CUDA code at run time (JIT), so their image needs nvcc (a devel base). vLLM
+#: and SGLang JIT-compile FlashInfer and DeepGEMM kernels when a model first needs them: vLLM's own
+#: image shipped a -devel final stage up to v0.10 and, since, a -base one to which it adds the CUDA
+#: compiler packages that "JIT compilation (FlashInfer, DeepGEMM, EP kernels)" needs (its
+#: docker/Dockerfile); a -runtime image has no nvcc for them
+JIT_PACKAGES = frozenset({"deepspeed", "flashinfer", "flashinfer-python", "apex", "mamba-ssm", "causal-conv1d",
+                          "vllm", "sglang", "deep-gemm", "deep_gemm"})
 
 
 @dataclass(frozen=True)
@@ -162,13 +167,20 @@ def build_context(source: Source, config: LintConfig) -> Context:
 _LISTEN_FLAGS = re.compile(r"(^|\s)--(listen|port|server[-_]port|server[-_]name|host|bind)(\s|=|$)", re.I)
 #: programs that are not the image's service even when a port is exposed: shells, Jupyter, sshd
 _NOT_A_SERVICE = re.compile(r"^(\S*/)?(bash|sh|zsh|jupyter|jupyter-lab|jupyterlab|sshd|tini|dumb-init)$")
+_INIT = re.compile(r"^(\S*/)?(tini|dumb-init)$")
+_SHELL = re.compile(r"^(\S*/)?(bash|sh|zsh)$")
+#: a script a shell runs (a launch script, not an interactive shell)
+_SCRIPT = re.compile(r"\.sh$|^(\./|/)\S+$")
+#: ports of dev tools (ssh, Jupyter, TensorBoard, VNC): exposed by dev images, not by a service
+_DEV_PORTS = frozenset({"22", "8888", "8889", "6006", "5900", "6080"})
 
 
 def _serving_evidence(ctx: Context) -> str | None:
     """The final image's CMD/ENTRYPOINT when it starts a server (evidence of a deployed image): a
     server program or word (uvicorn, `serve`, ...), a listening flag (`--listen`, `--port`,
     `--host`, `--bind`, also through an ENV the command expands), or an EXPOSEd port with a
-    program that is not a shell, Jupyter or sshd."""
+    program that is not a shell, Jupyter or sshd, or with a shell that runs a launch script (a port
+    other than ssh's, Jupyter's, TensorBoard's or VNC's). tini and dumb-init are looked through."""
     last: Instruction | None = None
     exposed: Instruction | None = None
     env_text: list[str] = []
@@ -187,6 +199,14 @@ def _serving_evidence(ctx: Context) -> str | None:
     if m:
         return f"{last.keyword} runs {m.group(0)!r} (line {last.line})"
     words = text.split()
+    while words and _INIT.match(words[0]):  # tini -- CMD, dumb-init CMD: the program is what follows
+        words = [w for w in words[1:] if w != "--"] if words[1:2] == ["--"] else words[1:]
+    if words and _SHELL.match(words[0]):
+        script = next((w for w in words[1:] if not w.startswith("-")), "")
+        if "-c" not in words[1:] and _SCRIPT.search(script) and exposed is not None and not (
+                {a.split("/")[0] for a in exposed.args} & _DEV_PORTS):
+            # `bash startup.sh` with a port exposed: a launch script (not an interactive shell)
+            return f"EXPOSE {' '.join(exposed.args)} (line {exposed.line}) with {last.keyword} {text[:40]!r}"
     if not words or _NOT_A_SERVICE.match(words[0]):
         return None  # a shell, Jupyter (a dev image) or sshd, whatever ports it listens on
     flags = _LISTEN_FLAGS.search(text) or ("$" in text and _LISTEN_FLAGS.search(" ".join(env_text)))

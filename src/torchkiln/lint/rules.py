@@ -71,6 +71,17 @@ class Rule:
 
 RULES: dict[str, Rule] = {}
 
+#: rules whose findings are package-manager caches or lists a RUN leaves in its layer, and what
+#: each leaves, biggest first (a pip cache holds GBs of wheels, conda's package cache hundreds of MB,
+#: dnf's metadata 100+ MB, apt's lists tens of MB). In one stage they are one finding
+#: (check.py `_merge_per_stage`): the same waste, a fix in the same RUNs, and a user reads one place.
+PACKAGE_CACHES: dict[str, str] = {
+    "KL002": "pip/uv caches",
+    "KL031": "conda package caches",
+    "KL027": "dnf/yum/apk caches",
+    "KL003": "apt lists",
+}
+
 
 def rule(
     id: str,
@@ -183,7 +194,8 @@ def _constraint_var(inst: Install) -> str:
         "images come in base/runtime/devel flavours precisely so that devel is used to build and "
         "runtime to ship. Reported only for an image that serves (its CMD/ENTRYPOINT starts a "
         "server) and installs nothing that compiles CUDA code at run time (DeepSpeed ops, "
-        "FlashInfer, apex, extension builds): dev, CI and JIT images need the toolkit."
+        "FlashInfer, apex, vLLM and SGLang, which JIT-compile FlashInfer and DeepGEMM kernels, extension "
+        "builds): dev, CI and JIT images need the toolkit."
     ),
     source="NVIDIA CUDA container images, 'Image flavors' (hub.docker.com/r/nvidia/cuda)",
     fix=(
@@ -3301,4 +3313,4 @@ def ordered_rules() -> list[Rule]:
     return [RULES[k] for k in sorted(RULES)]
 
 
-__all__ = ["RULES", "Hit", "Rule", "ordered_rules", "Req"]
+__all__ = ["PACKAGE_CACHES", "RULES", "Hit", "Rule", "ordered_rules", "Req"]

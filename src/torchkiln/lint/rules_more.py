@@ -9,6 +9,7 @@ every user of ``torchkiln.lint`` sees them, and ``rules`` does not import it bac
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
@@ -19,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 from torchkiln.lint.context import AUTOMATIC_ARGS, Context, Step, base_ships_torch
 from torchkiln.lint.model import Dockerfile, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, git_clone, image_tag, rule
-from torchkiln.lint.shell import Command, Install, commands, swallowing_comments, uv_global_options
+from torchkiln.lint.shell import Command, Install, commands, module_argv, swallowing_comments, uv_global_options
 
 # ---------------------------------------------------------------------------------------------
 # KL030: a comment inside a continued RUN swallows the lines after it
@@ -1562,6 +1563,18 @@ def _added_by(ins_kw: str, srcs: tuple[str, ...], dest: str, workdir: str | None
     return out
 
 
+def _removes(gone: str, added: tuple[str, str, int]) -> bool:
+    """``rm`` of ``gone`` deletes what an earlier instruction added at ``added``'s path: the path
+    itself or a folder above it, the history of a clone, or a glob (`rm /opt/dist/*.whl`) that
+    names the files a COPY of the same glob put there or a file it matches in that folder."""
+    path, what, _ = added
+    if "*" in gone or "?" in gone or "[" in gone:
+        return path == gone or ("*" not in path and path.count("/") == gone.count("/")
+                                and fnmatch.fnmatchcase(path, gone))
+    return (path == gone or path.startswith(gone.rstrip("/") + "/")
+            or (gone == path + "/.git" and "clone" in what))
+
+
 def _downloaded_by(cmd: Command, cwd: str | None) -> list[tuple[str, str]]:
     """(path, what) of a bulky file a wget/curl download writes, or of a git clone's tree."""
     argv = list(cmd.argv)
@@ -1646,14 +1659,11 @@ def removed_in_later_layer(ctx: Context) -> Iterator[Hit]:
                             if w.text.startswith("-"):
                                 continue
                             gone = _join(cwd, w.text.rstrip("/").removesuffix("/*"))
-                            if gone is None or "$" in gone or "*" in gone or gone == "/":
+                            if gone is None or "$" in gone or gone == "/":
                                 continue
                             # the added path or a folder above it; or the history of a clone (other
                             # files inside an added folder may be made by the same RUN that deletes them)
-                            hit = next((a for a in added
-                                        if a[2] < ins.line and (a[0] == gone or a[0].startswith(gone.rstrip("/") + "/")
-                                                                or (gone == a[0] + "/.git" and "clone" in a[1]))),
-                                       None)
+                            hit = next((a for a in added if a[2] < ins.line and _removes(gone, a)), None)
                             if hit is not None:
                                 # a folder of the context (other than a package folder) may be a few KB of
                                 # scripts: certain that it stays, not that it matters
@@ -1968,4 +1978,127 @@ def _makes(ins: Instruction, step: Step | None, path: str, workdir: str | None) 
         return inside(_join(workdir or "/", ins.args[-1]))
     if ins.keyword == "RUN" and step is not None:
         return any(inside(p) for cmd, _env, cwd in step.commands for p in _made_paths(cmd, cwd))
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# KL054: wheels, installers and archives left in the image after they were installed
+
+#: what a COPY hands over to be installed: a wheel (or a glob of them), or a folder named for built packages
+_WHEEL = re.compile(r"\.whl$", re.I)
+_WHEEL_FOLDER = re.compile(r"^(wheels?|dist|wheelhouse)$", re.I)
+#: commands that read a file without installing it from there (a use is any other command naming it)
+_NOT_A_USE = frozenset({"wget", "curl", "chmod", "chown", "ls", "echo", "test", "[", "sha256sum", "md5sum", "file"})
+
+
+@rule(
+    "KL054",
+    "installer-left-in-image",
+    "warning",
+    "Wheels, installers or archives stay in the image after they were installed",
+    why=(
+        "A wheel that a COPY brings in to be installed, or an installer or archive a RUN downloads and "
+        "runs or unpacks, is dead weight once it has been installed: the installed files are in the "
+        "image, and the package they came from stays beside them in its layer (wheels of compiled "
+        "extensions are hundreds of MB, a conda installer about 100 MB, a CUDA or TensorRT installer GBs). "
+        "Nothing removes it later, so every pull carries it."
+    ),
+    source="Dockerfile reference 'RUN --mount' (type=bind, from=); Docker docs 'Multi-stage builds' and "
+           "'Image layers' (docs.docker.com/build/building/best-practices/)",
+    fix=(
+        "Install from a bind mount instead of a COPY: `RUN --mount=type=bind,from=build,source=/wheels,"
+        "target=/wheels pip install /wheels/*.whl` (the wheels never enter a layer); remove a download in "
+        "the RUN that installs it (`... && rm -f /tmp/installer.sh`)."
+    ),
+)
+def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None:
+        return
+    steps = {id(st.ins): st for st in ctx.steps}
+    # path, what, its line, whether its size is known to matter, whether a later step used it
+    left: list[list] = []  # type: ignore[type-arg]
+    for stage in ctx.final_chain:
+        workdir = _inherited_workdir(ctx.df, stage)
+        for ins in stage.instructions:
+            if ins.keyword == "WORKDIR" and ins.args and "$" not in ins.args[0]:
+                workdir = _join(workdir or "/", ins.args[0])
+            elif ins.keyword == "COPY" and len(ins.args) >= 2 and not ins.heredocs:
+                left.extend([p, w, ins.line, big, False] for p, w, big in _wheels_copied(ins, workdir))
+            elif ins.keyword == "RUN" and (step := steps.get(id(ins))) is not None:
+                mounted = [m.target.rstrip("/") for m in ins.mounts if m.target]
+                for cmd, _env, cwd in step.commands:
+                    if cmd.name == "rm":
+                        for w in cmd.words[1:]:
+                            gone = None if w.text.startswith("-") else _join(cwd, w.text.rstrip("/").removesuffix("/*"))
+                            if gone and "$" not in gone and gone != "/":
+                                left = [a for a in left if not _removes(gone, (a[0], a[1], a[2]))]
+                        continue
+                    if cmd.name == "mv":
+                        moved = [_join(cwd, w.text) for w in cmd.words[1:-1] if not w.text.startswith("-")]
+                        left = [a for a in left if a[0] not in moved]  # it lives on under another name
+                        continue
+                    if cmd.name not in _NOT_A_USE:
+                        for a in left:
+                            a[4] = a[4] or _names(cmd, cwd, a[0], installs_only=a[1].startswith("COPY"))
+                    for path, what in _downloaded_by(cmd, cwd):
+                        name = posixpath.basename(path)
+                        if "clone" in what or any(path == t or path.startswith(t + "/") for t in mounted):
+                            continue
+                        if not (_WHEEL.search(name) or _INSTALLER.search(name) or _ARCHIVE.search(name)
+                                or re.search(r"\.(zip|deb|rpm|run)$", name, re.I)):
+                            continue  # weights, models and data are downloaded to be used as they are
+                        left.append([path, f"download of {name}", cmd.line, bool(_INSTALLER.search(name)), False])
+    for _path, what, line, big, used in left:
+        if not used:
+            continue
+        if what.startswith("COPY"):
+            message = (f"the {what} on line {line} is installed and never removed: the wheels stay in this "
+                       "layer beside the installed package")
+        else:
+            message = (f"the {what} on line {line} is installed or unpacked and never removed: it stays in "
+                       "the image beside what it installed")
+        yield Hit(line, message + ("" if big else " (as big as the package, which the Dockerfile does not show)"),
+                  severity=None if big else "info")
+
+
+def _wheels_copied(ins: Instruction, workdir: str | None) -> list[tuple[str, str, bool]]:
+    """(path in the image, what, size known to matter) of the wheels a COPY brings: wheels or a wheel
+    folder from another stage (built there: compiled packages) count as big, from the context not."""
+    target = _join(workdir or "/", ins.args[-1])
+    if target is None or "$" in ins.args[-1]:
+        return []
+    staged = bool(ins.flag_values("from"))
+    many = len(ins.args) > 2 or ins.args[-1].endswith("/")
+    out = []
+    for src in ins.args[:-1]:
+        name = posixpath.basename(src.rstrip("/"))
+        if "$" in src or "://" in src:
+            continue
+        if _WHEEL.search(name):
+            path = f"{target.rstrip('/')}/{name}" if many else target
+        elif _WHEEL_FOLDER.match(name):
+            path = target
+        else:
+            continue
+        out.append((path, f"COPY {'--from ' if staged else ''}of {src}", staged))
+    return out
+
+
+def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool) -> bool:
+    """The command reads ``path`` (a file, a glob, or a folder of wheels): one of its words is that
+    path, a glob matching it, or a file inside it. With ``installs_only``, only a pip/uv/conda
+    install or an unpacking of the wheel (unzip, `wheel unpack`) counts (a COPY's wheels are there to be
+    installed; a script that reads them might keep them)."""
+    argv = module_argv(cmd.argv)
+    prog = posixpath.basename(argv[0]) if argv else ""
+    installs = prog.startswith(("pip", "uv", "conda", "mamba", "micromamba")) and "install" in argv
+    if installs_only and not (installs or prog in ("unzip", "wheel", "bsdtar")):  # a wheel is a zip: unpacked
+        return False
+    for w in cmd.words[1:]:
+        word = _join(cwd, w.text.split("=", 1)[-1] if w.text.startswith("-") else w.text)
+        if word is None or "$" in word:
+            continue
+        if word == path or word.startswith(path.rstrip("/") + "/") or fnmatch.fnmatchcase(word, path) \
+                or fnmatch.fnmatchcase(path, word):
+            return True
     return False

@@ -7,6 +7,8 @@ RUN pip install /opt/tools
 # expect: KL002
 RUN pip install git+https://github.com/example/helper-scripts
 # a local wheel file is installed from the file; only its dependencies could be downloaded
+# the wheels stay in the COPY's layer once installed
+# expect: KL054
 COPY dist /opt/dist
 # expect: KL002
 RUN pip install /opt/dist/helper-1.0-py3-none-any.whl

@@ -1,0 +1,14 @@
+# KL054: wheels installed from a bind mount, downloads removed in the RUN that uses them (or later,
+# which KL049 reports), weights kept to be used, and wheels copied but never installed are not reported.
+FROM python:3.11-slim AS build
+RUN --mount=type=cache,target=/root/.cache/pip pip wheel --wheel-dir /wheels numpy==2.1.0
+
+FROM python:3.11-slim
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels pip install --no-cache-dir /wheels/*.whl
+RUN wget -q https://repo.anaconda.com/miniconda/Miniconda3-py311_24.7.1-0-Linux-x86_64.sh -O /tmp/miniconda.sh \
+    && bash /tmp/miniconda.sh -b -p /opt/conda && rm /tmp/miniconda.sh
+RUN wget -q https://example.org/models/model.safetensors -O /opt/model.safetensors
+RUN --mount=type=cache,target=/downloads wget -q https://example.org/tool-1.2.tar.gz -O /downloads/tool.tar.gz \
+    && tar -xzf /downloads/tool.tar.gz -C /usr/local
+COPY --from=build /wheels /srv/wheelhouse
+USER 1000
