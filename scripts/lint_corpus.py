@@ -372,12 +372,7 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
         ),
         f"- No longer reported: {sum(removed.values())} ({_counts(removed)}); "
         f"recorded misses now caught: {len(caught)} of {len(misses)}.",
-        (
-            f"- No crash; {len(input_errors)} file(s) are not valid Dockerfiles and get kiln's input error "
-            f"(exit 7), as `docker build` fails on them too: {'; '.join(input_errors)}. "
-            if input_errors
-            else "- No crash or input error on any file; "
-        )
+        _input_errors_line(input_errors)
         + f"linting the split took {wall:.2f} s wall, {cpu:.2f} s CPU. "
         f"hadolint: {sum(len(v) for v in had.values())} findings on the same files.",
         "",
@@ -415,6 +410,23 @@ def split_report(corpus: Path, hadolint: str | None, name: str) -> tuple[str, in
     for p in problems:
         print(p, file=sys.stderr)
     return "\n".join(lines) + "\n", 1 if problems else 0
+
+
+def _input_errors_line(input_errors: list[str]) -> str:
+    """The report's words on the files kiln gives an input error: invalid Dockerfiles (docker build fails
+    on them too), and files written for a third-party frontend (`# syntax=`) that kiln does not read."""
+    frontend = [e for e in input_errors if "is an instruction of the frontend" in e]
+    invalid = [e for e in input_errors if e not in frontend]
+    if not input_errors:
+        return "- No crash or input error on any file; "
+    parts = []
+    if invalid:
+        parts.append(f"{len(invalid)} file(s) are not valid Dockerfiles and get kiln's input error (exit 7), as "
+                     f"`docker build` fails on them too: {'; '.join(invalid)}")
+    if frontend:
+        parts.append(f"{len(frontend)} file(s) use a third-party frontend's instructions and get kiln's input "
+                     f"error (exit 7), which says so (their findings could not be trusted): {'; '.join(frontend)}")
+    return "- No crash; " + ". ".join(parts) + ". "
 
 
 def _counts(c: Counter[str]) -> str:

@@ -131,6 +131,8 @@ def test_kind_guessing() -> None:
         ("empty.Dockerfile", r"the file is empty"),
         ("comments-only.Dockerfile", r"no instructions"),
         ("unknown-instruction.Dockerfile", r":2: unknown instruction 'RUNN'"),
+        # dockerfile-plus's INCLUDE+ pastes in another file: what the build sees is not this text
+        ("third-party-frontend.Dockerfile", r":3: 'INCLUDE\+' is an instruction of the frontend .*edrevo/dockerfile-plus"),
         ("run-before-from.Dockerfile", r":1: RUN before the first FROM"),
         ("latin1.Dockerfile", r":2: not UTF-8 text"),
         ("spaced-heredoc.Dockerfile", r":5: unknown instruction 'print\(\"hello\"\)': the line before it ends with `<< 'PYEOF'`"),
@@ -155,3 +157,9 @@ def test_missing_and_directory_paths(tmp_path: Path) -> None:
         read_source(tmp_path / "nope")
     with pytest.raises(InputError, match="is a directory"):
         read_source(tmp_path)
+
+
+def test_buildkits_own_frontends_read_as_dockerfile() -> None:
+    for syntax in ("docker/dockerfile:1.7", "docker.io/docker/dockerfile-upstream:master", "docker/dockerfile"):
+        with pytest.raises(InputError, match=r"unknown instruction 'INCLUDE\+'"):
+            parse_dockerfile(f"# syntax={syntax}\nFROM python:3.11-slim\nINCLUDE+ x\n")

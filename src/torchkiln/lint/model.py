@@ -319,6 +319,17 @@ Source = Dockerfile | Script | Definition
 _SPACED_HEREDOC = re.compile(r"<<(-?)\s+(['\"]?)([A-Za-z_]\w*)\2\s*$")
 
 
+#: BuildKit's own Dockerfile frontends (`# syntax=docker/dockerfile:1.7`, the -upstream and labs builds)
+_OWN_FRONTEND = re.compile(r"^(docker\.io/)?docker/dockerfile(-upstream)?(:[\w.-]+)?(@sha256:[0-9a-f]+)?$", re.I)
+
+
+def _third_party_frontend(directives: dict[str, str]) -> bool:
+    """The file names a frontend other than BuildKit's Dockerfile one (`# syntax = edrevo/dockerfile-plus`),
+    which reads instructions of its own before it hands the rest to the Dockerfile frontend."""
+    syntax = directives.get("syntax", "").strip()
+    return bool(syntax) and not _OWN_FRONTEND.match(syntax)
+
+
 def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
     """Parse Dockerfile text. Raises :class:`InputError` on anything ``docker build`` rejects."""
     _check_text(text, path)
@@ -370,6 +381,16 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
                 hint=f"Remove the stray {escape!r} or finish the instruction.",
             )
         keyword = c.cmd.upper()
+        if keyword not in KNOWN_INSTRUCTIONS and _third_party_frontend(directives):
+            # the frontend defines it (dockerfile-plus's INCLUDE+ pastes in another file, stages and
+            # all): what the build sees is not this text, so no finding on it could be trusted
+            raise InputError(
+                f"{path}:{c.start_line}: {c.cmd!r} is an instruction of the frontend the file's `# syntax=` "
+                f"line names ({directives['syntax'].strip()}), not of Dockerfile: kiln lint reads Dockerfile "
+                "syntax only, and cannot tell what that instruction adds to the build",
+                hint="Lint the Dockerfile that frontend produces (for dockerfile-plus: this file with each "
+                     "INCLUDE+ replaced by the text of the file it includes).",
+            )
         if keyword not in KNOWN_INSTRUCTIONS:
             spaced = _SPACED_HEREDOC.search(lines[previous.end_line - 1]) if previous is not None else None
             if spaced:
