@@ -57,7 +57,7 @@ _TRAINING_WORDS = re.compile(r"\b(torchrun|deepspeed|accelerate\s+launch|train[a
 #: as root or shipping the CUDA toolkit is a real cost); dev, CI and training images do not match
 _SERVING_WORDS = re.compile(
     r"(\bserve\b|api_server|\bserver\b|uvicorn|gunicorn|launcher\b|tritonserver|torchserve|streamlit|gradio"
-    r"|\bflask\b|\bapp\.py|\w[\w.]*[_-]server\b|\bjina\b)",
+    r"|\bflask\b|\bapp\.py|\w[\w.]*[_-]server\b|\bjina\b|rtsp(?!:))",
     re.I,
 )
 #: packages that compile CUDA code at run time (JIT), so their image needs nvcc (a devel base). vLLM

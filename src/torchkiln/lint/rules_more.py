@@ -2039,7 +2039,8 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                         continue
                     if cmd.name not in _NOT_A_USE:
                         for a in left:
-                            a[4] = a[4] or _names(cmd, cwd, a[0], installs_only=a[1].startswith("COPY"))
+                            a[4] = a[4] or _names(cmd, cwd, a[0], installs_only=a[1].startswith("COPY"),
+                                                  folder_of_files=_unnamed_folder(a[1]))
                     for path, what in _downloaded_by(cmd, cwd):
                         name = posixpath.basename(path)
                         if "clone" in what or any(path == t or path.startswith(t + "/") for t in mounted):
@@ -2061,6 +2062,12 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                   severity=None if big else "info")
 
 
+def _unnamed_folder(what: str) -> bool:
+    """A COPY of a folder whose name does not say it holds wheels (`COPY --from=build /app/build ...`)."""
+    name = what.rsplit(" ", 1)[-1].rstrip("/").rsplit("/", 1)[-1]
+    return "the folder" in what and not _WHEEL_FOLDER.match(name)
+
+
 def _wheels_copied(ins: Instruction, workdir: str | None) -> list[tuple[str, str, bool]]:
     """(path in the image, what, size known to matter) of the wheels a COPY brings: wheels or a wheel
     folder from another stage (built there: compiled packages) count as big, from the context not."""
@@ -2076,15 +2083,14 @@ def _wheels_copied(ins: Instruction, workdir: str | None) -> list[tuple[str, str
             continue
         if _WHEEL.search(name):
             path = f"{target.rstrip('/')}/{name}" if many else target
-        elif _WHEEL_FOLDER.match(name):
-            path = target
-        else:
-            continue
-        out.append((path, f"COPY {'--from ' if staged else ''}of {src}", staged))
+            out.append((path, f"COPY {'--from ' if staged else ''}of {src}", staged))
+        elif _WHEEL_FOLDER.match(name) or (staged and "." not in name):
+            # a folder of wheels; any folder of a builder stage that a pip install reads as files (DEST/*)
+            out.append((target, f"COPY {'--from ' if staged else ''}of the folder {src}", staged))
     return out
 
 
-def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool) -> bool:
+def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool, folder_of_files: bool = False) -> bool:
     """The command reads ``path`` (a file, a glob, or a folder of wheels): one of its words is that
     path, a glob matching it, or a file inside it. With ``installs_only``, only a pip/uv/conda
     install or an unpacking of the wheel (unzip, `wheel unpack`) counts (a COPY's wheels are there to be
@@ -2100,5 +2106,6 @@ def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool) -> boo
             continue
         if word == path or word.startswith(path.rstrip("/") + "/") or fnmatch.fnmatchcase(word, path) \
                 or fnmatch.fnmatchcase(path, word):
-            return True
+            # a builder's folder not named for wheels holds wheels when the install reads files in it
+            return not folder_of_files or (word.startswith(path.rstrip("/") + "/") and word.endswith(("*", ".whl")))
     return False

@@ -13,4 +13,8 @@ RUN wget -q https://repo.anaconda.com/miniconda/Miniconda3-py311_24.7.1-0-Linux-
     && bash /tmp/miniconda.sh -b -p /opt/conda
 # expect: KL054
 RUN wget -q https://example.org/releases/tool-1.2.tar.gz && tar -xzf tool-1.2.tar.gz -C /usr/local
+# a builder's folder of any name, installed as files (DEST/*): it holds the wheels
+# expect: KL054
+COPY --from=build /app/build /app/build
+RUN pip install --no-cache-dir /app/build/*
 USER 1000

@@ -11,4 +11,7 @@ RUN wget -q https://example.org/models/model.safetensors -O /opt/model.safetenso
 RUN --mount=type=cache,target=/downloads wget -q https://example.org/tool-1.2.tar.gz -O /downloads/tool.tar.gz \
     && tar -xzf /downloads/tool.tar.gz -C /usr/local
 COPY --from=build /wheels /srv/wheelhouse
+# a builder's folder installed as a source tree, not as files in it
+COPY --from=build /src/app /opt/app
+RUN pip install --no-cache-dir /opt/app
 USER 1000
