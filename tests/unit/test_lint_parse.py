@@ -131,6 +131,7 @@ def test_kind_guessing() -> None:
         ("empty.Dockerfile", r"the file is empty"),
         ("comments-only.Dockerfile", r"no instructions"),
         ("unknown-instruction.Dockerfile", r":2: unknown instruction 'RUNN'"),
+        ("missing-backslash.Dockerfile", r":3: unknown instruction '&&': line 2 ends without `\\`"),
         # dockerfile-plus's INCLUDE+ pastes in another file: what the build sees is not this text
         ("third-party-frontend.Dockerfile", r":3: 'INCLUDE\+' is an instruction of the frontend .*edrevo/dockerfile-plus"),
         ("run-before-from.Dockerfile", r":1: RUN before the first FROM"),
@@ -163,3 +164,9 @@ def test_buildkits_own_frontends_read_as_dockerfile() -> None:
     for syntax in ("docker/dockerfile:1.7", "docker.io/docker/dockerfile-upstream:master", "docker/dockerfile"):
         with pytest.raises(InputError, match=r"unknown instruction 'INCLUDE\+'"):
             parse_dockerfile(f"# syntax={syntax}\nFROM python:3.11-slim\nINCLUDE+ x\n")
+
+
+def test_a_lost_backslash_is_reported_before_a_frontends_instruction() -> None:
+    text = "# syntax = edrevo/dockerfile-plus\nFROM python:3.11-slim\nINCLUDE+ common\nRUN true\n    && false\n"
+    with pytest.raises(InputError, match=r":5: unknown instruction '&&': line 4 ends without"):
+        parse_dockerfile(text)

@@ -144,12 +144,13 @@ def lint_source(source: Source, config: LintConfig | None = None) -> list[Findin
 def _merge_per_stage(findings: list[Finding]) -> list[Finding]:
     """Waste a stage leaves at several RUNs gives one finding for the stage, not one per RUN: a rule
     with a per-stage fix (pip caches, apt lists) at several RUNs, and the package-cache rules
-    (`PACKAGE_CACHES`: pip/uv, conda, dnf/apk caches and apt lists) together. The finding is at the
+    (`PACKAGE_CACHES`: pip/uv, conda, dnf/apk caches and apt lists) together, and any rule whose
+    findings in a stage say the same thing (one cause, such as an ENV each later RUN reads). The finding is at the
     most severe line (then the biggest waste, then the first line), its message names the other
     lines, which it carries as `related` (json; SARIF relatedLocations; text shows each), and its fix
     covers all of them. Severities, suppressions and the notes of an unreached or skipped step are
     already applied to each part, so nothing is lost or raised."""
-    groups: dict[tuple[str, str], list[Finding]] = {}
+    groups: dict[tuple[str, ...], list[Finding]] = {}
     for f in findings:
         if f.stage is None:
             continue
@@ -157,6 +158,8 @@ def _merge_per_stage(findings: list[Finding]) -> list[Finding]:
             groups.setdefault(("package caches", f.stage), []).append(f)
         elif RULES[f.rule].per_stage_fix:
             groups.setdefault((f.rule, f.stage), []).append(f)
+        else:  # the same message at several lines: one cause (an ENV every later pip reads), one finding
+            groups.setdefault((f.rule, f.stage, f.message), []).append(f)
     biggest = list(PACKAGE_CACHES)
     merged: dict[int, Finding | None] = {}
     for parts in groups.values():

@@ -179,8 +179,9 @@ def _serving_evidence(ctx: Context) -> str | None:
     """The final image's CMD/ENTRYPOINT when it starts a server (evidence of a deployed image): a
     server program or word (uvicorn, `serve`, ...), a listening flag (`--listen`, `--port`,
     `--host`, `--bind`, also through an ENV the command expands), or an EXPOSEd port with a
-    program that is not a shell, Jupyter or sshd, or with a shell that runs a launch script (a port
-    other than ssh's, Jupyter's, TensorBoard's or VNC's). tini and dumb-init are looked through."""
+    program that is not a shell, Jupyter or sshd (and no ssh port among them: a workstation users log
+    in to), or with a shell that runs a launch script (a port other than ssh's, Jupyter's,
+    TensorBoard's or VNC's). tini and dumb-init are looked through."""
     last: Instruction | None = None
     exposed: Instruction | None = None
     env_text: list[str] = []
@@ -212,7 +213,8 @@ def _serving_evidence(ctx: Context) -> str | None:
     flags = _LISTEN_FLAGS.search(text) or ("$" in text and _LISTEN_FLAGS.search(" ".join(env_text)))
     if flags:
         return f"{last.keyword} passes {flags.group(0).strip()!r} (line {last.line})"
-    if exposed is not None:
+    if exposed is not None and "22" not in {a.split("/")[0] for a in exposed.args}:
+        # (ssh's port beside the others: a remote workstation that users log in to, RunPod-style)
         return f"EXPOSE {' '.join(exposed.args)} (line {exposed.line}) with {last.keyword} {text[:40]!r}"
     return None
 

@@ -323,6 +323,10 @@ _SPACED_HEREDOC = re.compile(r"<<(-?)\s+(['\"]?)([A-Za-z_]\w*)\2\s*$")
 _OWN_FRONTEND = re.compile(r"^(docker\.io/)?docker/dockerfile(-upstream)?(:[\w.-]+)?(@sha256:[0-9a-f]+)?$", re.I)
 
 
+#: how a frontend's own instruction is written: an upper-case word, maybe with a mark (`INCLUDE+`)
+_FRONTEND_WORD = re.compile(r"^[A-Z][A-Z0-9_]*[+!]?$")
+
+
 def _third_party_frontend(directives: dict[str, str]) -> bool:
     """The file names a frontend other than BuildKit's Dockerfile one (`# syntax = edrevo/dockerfile-plus`),
     which reads instructions of its own before it hands the rest to the Dockerfile frontend."""
@@ -374,6 +378,7 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
         stages.append(_make_stage(len(stages), pending_from, tuple(current), stages, global_args, path))
 
     previous = None
+    foreign: InputError | None = None  # the first instruction of a third-party frontend
     for c in commands:
         if not c.cmd:
             raise InputError(
@@ -381,16 +386,19 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
                 hint=f"Remove the stray {escape!r} or finish the instruction.",
             )
         keyword = c.cmd.upper()
-        if keyword not in KNOWN_INSTRUCTIONS and _third_party_frontend(directives):
+        if (keyword not in KNOWN_INSTRUCTIONS and _third_party_frontend(directives)
+                and _FRONTEND_WORD.match(c.cmd)):
             # the frontend defines it (dockerfile-plus's INCLUDE+ pastes in another file, stages and
-            # all): what the build sees is not this text, so no finding on it could be trusted
-            raise InputError(
+            # all): what the build sees is not this text, so no finding on it could be trusted. A word
+            # no frontend would define (`&&` after a missing backslash) is still reported first.
+            foreign = foreign or InputError(
                 f"{path}:{c.start_line}: {c.cmd!r} is an instruction of the frontend the file's `# syntax=` "
                 f"line names ({directives['syntax'].strip()}), not of Dockerfile: kiln lint reads Dockerfile "
                 "syntax only, and cannot tell what that instruction adds to the build",
                 hint="Lint the Dockerfile that frontend produces (for dockerfile-plus: this file with each "
                      "INCLUDE+ replaced by the text of the file it includes).",
             )
+            continue
         if keyword not in KNOWN_INSTRUCTIONS:
             spaced = _SPACED_HEREDOC.search(lines[previous.end_line - 1]) if previous is not None else None
             if spaced:
@@ -400,6 +408,14 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
                     "so the heredoc's body is read as instructions and `docker build` fails here too",
                     hint="Write it without the space: "
                          f"`<<{spaced.group(1)}{spaced.group(2)}{spaced.group(3)}{spaced.group(2)}`.",
+                )
+            if c.cmd.startswith(("&&", "||", "|", ";")) and previous is not None:
+                # `... -g` then `&& rm ...`: the line before lost its backslash, so its RUN ended there
+                raise InputError(
+                    f"{path}:{c.start_line}: unknown instruction {c.cmd!r}: line {previous.end_line} ends without "
+                    f"`{escape}`, so the command on it ends its {previous.cmd.upper()} and this line starts a new "
+                    "instruction; `docker build` fails here too",
+                    hint=f"End line {previous.end_line} with ` {escape}` to continue the command.",
                 )
             raise InputError(
                 f"{path}:{c.start_line}: unknown instruction {c.cmd!r}",
@@ -438,6 +454,8 @@ def parse_dockerfile(text: str, path: str = "Dockerfile") -> Dockerfile:
         else:
             current.append(ins)
     close_stage()
+    if foreign is not None:
+        raise foreign
     if not stages:
         raise InputError(f"{path}: the file has no FROM instruction", hint="A Dockerfile needs a FROM line.")
     return Dockerfile(

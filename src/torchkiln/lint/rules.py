@@ -225,11 +225,33 @@ def devel_base_in_final(ctx: Context) -> Iterator[Hit]:
 def _needs_toolkit_at_run_time(ctx: Context) -> bool:
     """The final image compiles CUDA code when it runs: a JIT package, an extension build, or an
     install whose contents we cannot see (a requirements file, a project)."""
+    synced = False
     for step in _final_steps(ctx):
         for inst in step.installs:
             if inst.names & JIT_PACKAGES or inst.has("--requirement", "--file") or inst.tool == "setup.py":
                 return True
-    return any(ctx.in_final_chain(b.step.stage) for b in extension_builds(ctx))
+            synced = synced or inst.tool == "uv"
+    if any(ctx.in_final_chain(b.step.stage) for b in extension_builds(ctx)):
+        return True
+    # the container builds when it starts: `cargo run`, `make`, a pip install, or `uv run` of a project
+    # that no RUN installed (uv syncs it, and builds its extensions, at the first start)
+    start = _start_command(ctx)
+    return bool(_BUILDS_AT_START.search(start) or (not synced and re.search(r"\buv\s+run\b", start)))
+
+
+#: a CMD/ENTRYPOINT that compiles: the toolkit is used at run time
+_BUILDS_AT_START = re.compile(r"\bcargo\s+(run|build|install)\b|\bmake\b|\bcmake\b|\bnvcc\b|\bmaturin\b"
+                              r"|\bpip3?\s+install\b|\bsetup\.py\b")
+
+
+def _start_command(ctx: Context) -> str:
+    """The text of the final image's last CMD and ENTRYPOINT."""
+    last: dict[str, str] = {}
+    for st in ctx.final_chain:
+        for ins in st.instructions:
+            if ins.keyword in ("CMD", "ENTRYPOINT"):
+                last[ins.keyword] = " ".join(ins.args)
+    return " ".join(last.get(k, "") for k in ("ENTRYPOINT", "CMD"))
 
 
 # ---------------------------------------------------------------------------------------------

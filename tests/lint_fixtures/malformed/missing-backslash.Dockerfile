@@ -1,0 +1,3 @@
+FROM python:3.11-slim
+RUN apt-get update
+    && apt-get install -y git
