@@ -2045,9 +2045,11 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                         name = posixpath.basename(path)
                         if "clone" in what or any(path == t or path.startswith(t + "/") for t in mounted):
                             continue
-                        if not (_WHEEL.search(name) or _INSTALLER.search(name) or _ARCHIVE.search(name)
-                                or re.search(r"\.(zip|deb|rpm|run)$", name, re.I)):
-                            continue  # weights, models and data are downloaded to be used as they are
+                        if not (_WHEEL.search(name) or _INSTALLER.search(name)
+                                or re.search(r"\.(deb|rpm|run)$", name, re.I)):
+                            # weights, models and data are downloaded to be used as they are; a tarball or
+                            # zip of no known installer is as often a few MB of source (a GitHub archive)
+                            continue
                         left.append([path, f"download of {name}", cmd.line, bool(_INSTALLER.search(name)), False])
     for _path, what, line, big, used in left:
         if not used:
