@@ -2023,6 +2023,9 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
             if ins.keyword == "WORKDIR" and ins.args and "$" not in ins.args[0]:
                 workdir = _join(workdir or "/", ins.args[0])
             elif ins.keyword == "COPY" and len(ins.args) >= 2 and not ins.heredocs:
+                built = ins.flag_values("from")
+                if built and not _builds_big_wheels(ctx, built[-1]):
+                    continue  # a stage's own project wheel (`poetry build`): a few hundred KB
                 left.extend([p, w, ins.line, big, False] for p, w, big in _wheels_copied(ins, workdir))
             elif ins.keyword == "RUN" and (step := steps.get(id(ins))) is not None:
                 mounted = [m.target.rstrip("/") for m in ins.mounts if m.target]
@@ -2062,6 +2065,29 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                        "the image beside what it installed")
         yield Hit(line, message + ("" if big else " (as big as the package, which the Dockerfile does not show)"),
                   severity=None if big else "info")
+
+
+def _builds_big_wheels(ctx: Context, ref: str) -> bool:
+    """The stage a COPY --from names builds wheels that are big: it compiles a CUDA extension, or runs
+    `pip wheel` / `uv pip wheel` (dependencies, compiled packages). A stage that only builds its own
+    project (`poetry build`, `python -m build`) makes a small wheel; an image (not a stage) is unknown."""
+    if ctx.df is None:
+        return False
+    stage = next((st for st in ctx.df.stages if st.name == ref.lower() or str(st.index) == ref), None)
+    if stage is None:
+        return False
+    chain = {id(st) for st in ctx.df.chain(stage)}
+    if any(id(b.step.stage) in chain for b in extension_builds(ctx)):
+        return True
+    for step in ctx.steps:
+        if id(step.stage) not in chain:
+            continue
+        for cmd, _env, _cwd in step.commands:
+            argv = module_argv(cmd.argv)
+            prog = posixpath.basename(argv[0]) if argv else ""
+            if (prog.startswith("pip") and argv[1:2] == ["wheel"]) or (prog == "uv" and argv[1:3] == ["pip", "wheel"]):
+                return True
+    return False
 
 
 def _unnamed_folder(what: str) -> bool:

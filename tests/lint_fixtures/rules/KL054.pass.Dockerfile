@@ -3,7 +3,15 @@
 FROM python:3.11-slim AS build
 RUN --mount=type=cache,target=/root/.cache/pip pip wheel --wheel-dir /wheels numpy==2.1.0
 
+FROM python:3.11-slim AS project
+WORKDIR /src
+COPY pyproject.toml ./
+RUN pip install --no-cache-dir poetry==1.8.3 && poetry build
+
 FROM python:3.11-slim
+# the project's own wheel (`poetry build`, no compiled code): a few hundred KB, not reported
+COPY --from=project /src/dist/*.whl /tmp/
+RUN pip install --no-cache-dir /tmp/*.whl
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels pip install --no-cache-dir /wheels/*.whl
 RUN wget -q https://repo.anaconda.com/miniconda/Miniconda3-py311_24.7.1-0-Linux-x86_64.sh -O /tmp/miniconda.sh \
     && bash /tmp/miniconda.sh -b -p /opt/conda && rm /tmp/miniconda.sh
