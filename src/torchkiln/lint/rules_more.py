@@ -2048,10 +2048,10 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                         name = posixpath.basename(path)
                         if "clone" in what or any(path == t or path.startswith(t + "/") for t in mounted):
                             continue
-                        if not (_WHEEL.search(name) or _INSTALLER.search(name)
-                                or re.search(r"\.(deb|rpm|run)$", name, re.I)):
-                            # weights, models and data are downloaded to be used as they are; a tarball or
-                            # zip of no known installer is as often a few MB of source (a GitHub archive)
+                        if not (_WHEEL.search(name) or _INSTALLER.search(name)):
+                            # weights, models and data are downloaded to be used as they are; a tarball,
+                            # zip or .deb of no known installer is as often a few MB (a GitHub archive of
+                            # source, a repository's setup package such as amdgpu-install or cuda-keyring)
                             continue
                         left.append([path, f"download of {name}", cmd.line, bool(_INSTALLER.search(name)), False])
     for _path, what, line, big, used in left:

@@ -12,7 +12,8 @@ RUN pip install --no-cache-dir /wheels/*.whl
 RUN wget -q https://repo.anaconda.com/miniconda/Miniconda3-py311_24.7.1-0-Linux-x86_64.sh -O /tmp/miniconda.sh \
     && bash /tmp/miniconda.sh -b -p /opt/conda
 # expect: KL054
-RUN wget -q https://example.org/releases/tool_1.2_amd64.deb && dpkg -i tool_1.2_amd64.deb
+RUN wget -q https://example.org/wheels/engine-1.2-cp311-cp311-linux_x86_64.whl \
+    && pip install --no-cache-dir engine-1.2-cp311-cp311-linux_x86_64.whl
 # a builder's folder of any name, installed as files (DEST/*): it holds the wheels
 # expect: KL054
 COPY --from=build /app/build /app/build

@@ -19,7 +19,9 @@ RUN wget -q https://example.org/models/model.safetensors -O /opt/model.safetenso
 RUN --mount=type=cache,target=/downloads wget -q https://example.org/tool-1.2.tar.gz -O /downloads/tool.tar.gz \
     && tar -xzf /downloads/tool.tar.gz -C /usr/local
 COPY --from=build /wheels /srv/wheelhouse
-# a source archive (often a few MB of code) is not reported
+# a source archive (often a few MB of code) or a repository's setup .deb is not reported
+RUN wget -q https://repo.radeon.com/amdgpu-install/6.3.4/ubuntu/jammy/amdgpu-install_6.3.60304-1_all.deb \
+    && apt-get install -y ./amdgpu-install_6.3.60304-1_all.deb && rm -rf /var/lib/apt/lists/*
 RUN wget -q https://github.com/example/tool/archive/refs/heads/main.zip && unzip main.zip
 # a builder's folder installed as a source tree, not as files in it
 COPY --from=build /src/app /opt/app
