@@ -2137,3 +2137,82 @@ def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool, folder
             # a builder's folder not named for wheels holds wheels when the install reads files in it
             return not folder_of_files or (word.startswith(path.rstrip("/") + "/") and word.endswith(("*", ".whl")))
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# KL055: bash-only builtins under /bin/sh (dash) on Debian and Ubuntu
+
+#: base images whose /bin/sh is dash and that set no SHELL: Debian and Ubuntu, and the images built
+#: on them (nvidia/cuda's Ubuntu tags, pytorch/pytorch, python's Debian tags, continuumio's conda)
+_DASH_BASE = re.compile(
+    r"^((docker\.io/)?(library/)?(ubuntu|debian|buildpack-deps)(:|@|$)"
+    r"|(docker\.io/)?(library/)?python:(?!.*alpine)"
+    r"|((docker\.io/)?nvidia/cuda|nvcr\.io/nvidia/cuda):[^@]*ubuntu"
+    r"|(docker\.io/)?pytorch/pytorch(:|@|$)"
+    r"|(docker\.io/)?continuumio/(miniconda3|anaconda3)(:|@|$))",
+    re.I,
+)
+#: bash builtins that dash does not have: `source` (dash has `.`), the directory stack
+_BASH_ONLY = frozenset({"source", "pushd", "popd"})
+
+
+@rule(
+    "KL055",
+    "bash-builtin-under-sh",
+    "error",
+    "A RUN uses a bash builtin (source, pushd, popd) under /bin/sh, which is dash on Debian and Ubuntu",
+    why=(
+        "A shell-form RUN runs under `/bin/sh -c`. On Debian and Ubuntu images (nvidia/cuda, "
+        "pytorch/pytorch, python) /bin/sh is dash, which has no `source`, `pushd` or `popd`: the command "
+        "fails with '/bin/sh: 1: source: not found' (exit 127), and when nothing after it in the RUN "
+        "is run regardless (`&&` to the end, or it is the last command) the RUN and the build fail."
+    ),
+    source="moby/moby#30066 ('/bin/sh: 1: source: not found' on ubuntu); Dockerfile reference, RUN "
+           "(shell form runs `/bin/sh -c`) and SHELL; dash(1)",
+    fix=(
+        "Use the POSIX forms (`. venv/bin/activate`, `cd dir && ... && cd -`), or set "
+        "`SHELL [\"/bin/bash\", \"-c\"]` before the RUN."
+    ),
+)
+def bash_builtin_under_sh(ctx: Context) -> Iterator[Hit]:
+    if ctx.df is None or ctx.final is None:
+        return
+    needed = {st.index for st in _needed_stages(ctx.df, ctx.final)}
+    for step in ctx.steps:
+        if step.stage.index not in needed or step.ins.exec_form or not _dash_shell(ctx.df, step):
+            continue
+        own = [c for c, _, _ in step.commands if c.snippet is not None and c.snippet.instruction == step.ins]
+        for i, cmd in enumerate(own):
+            # under an `if`, an `||`, or a test (`[ -f x ] && source x`) it may never run
+            if (cmd.name not in _BASH_ONLY or cmd.words[0].quoted
+                    or any(g.test is not None or not g.holds for g in cmd.guards)):
+                continue
+            if any(c.name == "set" for c in own[:i]):
+                continue  # `set -e` and the like: whether it stops there depends on the options
+            rest = own[i:]
+            if all(c.op_after == "&&" for c in rest[:-1]) and rest[-1].op_after in ("", "\n"):
+                yield Hit(
+                    cmd.line,
+                    f"`{cmd.name}` runs under /bin/sh, which is dash on {ctx.df.base_image(step.stage)}: "
+                    f"'/bin/sh: 1: {cmd.name}: not found', and the RUN fails here",
+                    stage=step.stage.label,
+                )
+                break
+
+
+def _dash_shell(df: Dockerfile, step: Step) -> bool:
+    """The RUN's shell is /bin/sh on a base where that is dash: no SHELL instruction before it in its
+    chain, no RUN before it that points /bin/sh elsewhere (`ln -sf /bin/bash /bin/sh`), and the
+    chain's root image is a Debian/Ubuntu one."""
+    chain = df.chain(step.stage)
+    root = chain[0].resolved_image or ""
+    if not _DASH_BASE.match(root):
+        return False
+    for st in chain:
+        for ins in st.instructions:
+            if st is step.stage and ins.line >= step.ins.line:
+                return True
+            if ins.keyword == "SHELL" or (ins.keyword == "RUN" and re.search(r"\bln\s+-\w*\s+\S*bash\S*\s+/bin/sh\b",
+                                                                           ins.original)):
+                return False
+    return True

@@ -251,6 +251,8 @@ class Command:
     snippet: Snippet | None = None
     #: the conditions it runs under, outermost first
     guards: tuple[Guard, ...] = ()
+    #: the operator after it in its snippet (`&&`, `||`, `;`, `|`, `&`, a newline as `;`), "" at the end
+    op_after: str = ""
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -305,7 +307,7 @@ def _commands(snippet: Snippet) -> list[Command]:
     for words, op in raw:
         guards = tracker.enter(words, op)
         if words:
-            made = _make_command(words, snippet)
+            made = [replace(c, op_after=op) for c in _make_command(words, snippet)]
             out.extend(made)
             guarded.extend(replace(c, guards=guards) if guards else c for c in made)
     # an `if` or loop left open is a syntax error (KL028): its branches are not known
