@@ -101,7 +101,7 @@ _RANK = {"true": 2, "debatable": 1, "false": 0}
 
 #: splits whose verdicts were taken on the findings as session 14 reports them (a merged finding
 #: judged as one); every other verdict file was taken one finding per RUN
-JUDGED_MERGED = frozenset({"heldout12", "heldout13"})
+JUDGED_MERGED = frozenset({"heldout12", "heldout13", "heldout14"})
 
 
 def covered(found: dict[Key, Finding]) -> dict[Key, Key]:
@@ -299,6 +299,10 @@ SPLIT_ROUND = {
                  "evidence for KL001/KL005); those were written from heldout12's misses before the split was chosen, "
                  "committed after it, and its judges judged every finding of the rules at the session's start and "
                  "after the changes",
+    "heldout14": "any rule change after session 15's (the rules at 335a65a): it was chosen after every rule change "
+                 "of session 15 (2026-12-03) and committed before any verdict, and its judges judged every "
+                 "finding of the rules at the session's start (cfefac7, \"before\") and at the split's commit "
+                 "(335a65a, \"now\"): both are unseen",
 }
 
 
