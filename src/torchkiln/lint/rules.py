@@ -1754,6 +1754,10 @@ NEWEST_PIP_FOR_PYTHON = {"3.5": "20.3.4", "3.6": "21.3.1", "3.7": "24.0", "3.8":
 _SYSTEM_PYTHON = {"ubuntu16.04": "3.5", "xenial": "3.5", "ubuntu18.04": "3.6", "bionic": "3.6",
                   "ubuntu20.04": "3.8", "focal": "3.8", "buster": "3.7", "debian10": "3.7"}
 _PYTHON_IMAGE = re.compile(r"^(docker\.io/)?(library/)?python:(\d+\.\d+)")
+#: NVIDIA's L4T images (l4t-base, l4t-cuda, ...) by release: R32 is Ubuntu 18.04 (JetPack 4, Python
+#: 3.6), R34 and R35 Ubuntu 20.04 (JetPack 5, Python 3.8); R36 (22.04) does not cap pip
+_L4T_RELEASE = re.compile(r"/l4t-[\w-]+:r(\d+)\.", re.I)
+_L4T_PYTHON = {"32": "3.6", "34": "3.8", "35": "3.8"}
 #: what brings another Python than the distribution's: conda, pyenv, uv's or deadsnakes' builds, a
 #: versioned apt python (python3.10), a source build
 _OTHER_PYTHON = re.compile(
@@ -1788,6 +1792,8 @@ def stage_python(ctx: Context, step: Step) -> tuple[str, str] | None:
         return None
     python = next((py for name, py in _SYSTEM_PYTHON.items()
                    if re.search(rf"(^|[-:_/]){re.escape(name)}($|[-_.])", base)), None)
+    if python is None and (m := _L4T_RELEASE.search(base)):
+        python = _L4T_PYTHON.get(m.group(1))  # Jetson's L4T images are Ubuntu of their JetPack
     return (python, "distro") if python else None
 
 
@@ -3001,7 +3007,8 @@ def setup_py_install(ctx: Context) -> Iterator[Hit]:
         if b.install.tool == "setup.py" and b.install.sub in ("install", "develop"):
             seen.add(id(b.install))
             label = b.label.replace("the setup.py build in", "the CUDA build in")
-            yield b.hit(f"{label} is built and installed with `setup.py {b.install.sub}`")
+            yield b.hit(f"{label} is built and installed with `setup.py {b.install.sub}`",
+                        fix=_old_pip_fix(ctx, b.step, b.install))
     # CUDA packages the extension model does not name: torchvision from source, DeepSeek's kernels
     for step in ctx.steps:
         clones = _cloned_repos(step)
@@ -3016,8 +3023,22 @@ def setup_py_install(ctx: Context) -> Iterator[Hit]:
                     inst.line,
                     f"{'torchvision' if 'pytorch/vision' in url else name} (a CUDA extension package) is built "
                     f"and installed with `setup.py {inst.sub}`",
+                    fix=_old_pip_fix(ctx, step, inst),
                     stage=step.stage.label,
                 )
+
+
+def _old_pip_fix(ctx: Context, step: Step, inst: Install) -> str | None:
+    """KL026's fix where the stage's pip is a distribution's pip older than 10 (Ubuntu 16.04's 8.1.1,
+    18.04's and JetPack 4's 9.0.1, never upgraded before): it has no --no-build-isolation, and builds
+    in place with the image's torch anyway. None (the rule's own fix) elsewhere."""
+    found = stage_python(ctx, step)
+    if found is None or found[1] != "distro" or Version(found[0]) > Version("3.6"):
+        return None
+    if pip_upgraded_before(ctx, step, inst) is not None:
+        return None
+    return ("Build a wheel and install it with pip: `pip3 install .` (this distribution's pip, 9 or older, has "
+            "no --no-build-isolation, which came with pip 10, and builds in place with the image's torch).")
 
 
 #: repositories of CUDA kernels usually installed with `setup.py install` (their READMEs): DeepEP,
