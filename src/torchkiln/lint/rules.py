@@ -29,7 +29,7 @@ from torchkiln.lint.context import (
     iter_commands,
 )
 from torchkiln.lint.downloads import TORCH_BOUND, Download, download, known_closure
-from torchkiln.lint.model import FileKind, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
+from torchkiln.lint.model import Dockerfile, FileKind, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
 from torchkiln.lint.shell import Command, Install, Req, Token, module_argv, split_assignment, tokenize
 
 
@@ -884,13 +884,7 @@ def _brace_misses_lists(ctx: Context, step: Step, cmd: Command) -> str | None:
     if cmd.snippet is None or cmd.snippet.instruction != step.ins:
         return None  # `bash -c "..."`: its own shell
     assert ctx.df is not None
-    shell = "sh"
-    for st in ctx.df.chain(step.stage):
-        for ins in st.instructions:
-            if st is step.stage and ins.line >= step.ins.line:
-                break
-            if ins.keyword == "SHELL" and ins.args:
-                shell = ins.args[0].rsplit("/", 1)[-1]
+    shell = step_shell(ctx.df, step) or "sh"
     if shell in ("sh", "dash", "ash"):
         return f"`{braced[0].raw}` is one literal name to /bin/sh, which has no brace expansion"
     if shell not in ("bash", "zsh"):
@@ -901,6 +895,19 @@ def _brace_misses_lists(ctx: Context, step: Step, cmd: Command) -> str | None:
         if any(_LISTS_CLEARED.match(f"{m.group(1)}{item}{m.group(3)}") for item in m.group(2).split(",")):
             return None
     return f"`{braced[0].raw}` expands to names the lists folder does not have"
+
+
+def step_shell(df: Dockerfile, step: Step) -> str | None:
+    """The program of the last SHELL instruction before ``step`` in its stage chain (`bash`), None when
+    there is none (the RUN runs under /bin/sh)."""
+    shell = None
+    for st in df.chain(step.stage):
+        for ins in st.instructions:
+            if st is step.stage and ins.line >= step.ins.line:
+                return shell
+            if ins.keyword == "SHELL" and ins.args:
+                shell = ins.args[0].rsplit("/", 1)[-1]
+    return shell
 
 
 def _refreshes_lists(cmd: Command) -> bool:

@@ -13,14 +13,24 @@ import fnmatch
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.lint.context import AUTOMATIC_ARGS, Context, Step, base_ships_torch
 from torchkiln.lint.model import Dockerfile, Instruction, Snippet, Stage, arg_pairs, env_pairs, substitute
-from torchkiln.lint.rules import _REPLACING, Hit, _stage_label, extension_builds, git_clone, image_tag, rule
-from torchkiln.lint.shell import Command, Install, commands, module_argv, swallowing_comments, uv_global_options
+from torchkiln.lint.rules import (
+    _REPLACING,
+    Hit,
+    _stage_label,
+    extension_builds,
+    git_clone,
+    image_tag,
+    rule,
+    step_shell,
+)
+from torchkiln.lint.shell import Command, Install, Token, commands, module_argv, swallowing_comments, uv_global_options
 
 # ---------------------------------------------------------------------------------------------
 # KL030: a comment inside a continued RUN swallows the lines after it
@@ -1571,6 +1581,19 @@ def _added_by(ins_kw: str, srcs: tuple[str, ...], dest: str, workdir: str | None
     return out
 
 
+def _rm_targets(cmd: Command, cwd: str | None) -> Iterator[tuple[Token, str]]:
+    """(word, path in the image) of what an ``rm`` deletes: each operand, `dir/*` read as `dir`; none
+    that a variable names or that is `/`."""
+    if cmd.name != "rm":
+        return
+    for w in cmd.words[1:]:
+        if w.text.startswith("-"):
+            continue
+        gone = _join(cwd, w.text.rstrip("/").removesuffix("/*"))
+        if gone is not None and "$" not in gone and gone != "/":
+            yield w, gone
+
+
 def _removes(gone: str, added: tuple[str, str, int]) -> bool:
     """``rm`` of ``gone`` deletes what an earlier instruction added at ``added``'s path: the path
     itself or a folder above it, the history of a clone, or a glob (`rm /opt/dist/*.whl`) that
@@ -1661,14 +1684,7 @@ def removed_in_later_layer(ctx: Context) -> Iterator[Hit]:
             elif ins.keyword == "RUN" and (step := steps.get(id(ins))) is not None:
                 if not ins.mounts or not any(m.type == "bind" for m in ins.mounts):
                     for cmd, _env, cwd in step.commands:
-                        if cmd.name != "rm":
-                            continue
-                        for w in cmd.words[1:]:
-                            if w.text.startswith("-"):
-                                continue
-                            gone = _join(cwd, w.text.rstrip("/").removesuffix("/*"))
-                            if gone is None or "$" in gone or gone == "/":
-                                continue
+                        for w, gone in _rm_targets(cmd, cwd):
                             # the added path or a folder above it; or the history of a clone (other
                             # files inside an added folder may be made by the same RUN that deletes them)
                             hit = next((a for a in added if a[2] < ins.line and _removes(gone, a)), None)
@@ -2023,8 +2039,7 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
     if ctx.df is None:
         return
     steps = {id(st.ins): st for st in ctx.steps}
-    # path, what, its line, whether its size is known to matter, whether a later step used it
-    left: list[list] = []  # type: ignore[type-arg]
+    left: list[_Left] = []
     for stage in ctx.final_chain:
         workdir = _inherited_workdir(ctx.df, stage)
         for ins in stage.instructions:
@@ -2032,26 +2047,24 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                 workdir = _join(workdir or "/", ins.args[0])
             elif ins.keyword == "COPY" and len(ins.args) >= 2 and not ins.heredocs:
                 built = ins.flag_values("from")
-                if built and not _builds_big_wheels(ctx, built[-1]):
+                if built and not _builds_big_wheels(ctx, built[-1], ins.stage):
                     continue  # a stage's own project wheel (`poetry build`): a few hundred KB
-                left.extend([p, w, ins.line, big, False] for p, w, big in _wheels_copied(ins, workdir))
+                left.extend(_wheels_copied(ins, workdir))
             elif ins.keyword == "RUN" and (step := steps.get(id(ins))) is not None:
                 mounted = [m.target.rstrip("/") for m in ins.mounts if m.target]
                 for cmd, _env, cwd in step.commands:
                     if cmd.name == "rm":
-                        for w in cmd.words[1:]:
-                            gone = None if w.text.startswith("-") else _join(cwd, w.text.rstrip("/").removesuffix("/*"))
-                            if gone and "$" not in gone and gone != "/":
-                                left = [a for a in left if not _removes(gone, (a[0], a[1], a[2]))]
+                        for _w, gone in _rm_targets(cmd, cwd):
+                            left = [a for a in left if not _removes(gone, (a.path, a.what, a.line))]
                         continue
                     if cmd.name == "mv":
                         moved = [_join(cwd, w.text) for w in cmd.words[1:-1] if not w.text.startswith("-")]
-                        left = [a for a in left if a[0] not in moved]  # it lives on under another name
+                        left = [a for a in left if a.path not in moved]  # it lives on under another name
                         continue
                     if cmd.name not in _NOT_A_USE:
+                        installs = _installs_or_unpacks(cmd)
                         for a in left:
-                            a[4] = a[4] or _names(cmd, cwd, a[0], installs_only=a[1].startswith("COPY"),
-                                                  folder_of_files=_unnamed_folder(a[1]))
+                            a.used = a.used or ((installs or not a.copied) and _names(cmd, cwd, a))
                     for path, what in _downloaded_by(cmd, cwd):
                         name = posixpath.basename(path)
                         if "clone" in what or any(path == t or path.startswith(t + "/") for t in mounted):
@@ -2061,27 +2074,41 @@ def installer_left_in_image(ctx: Context) -> Iterator[Hit]:
                             # zip or .deb of no known installer is as often a few MB (a GitHub archive of
                             # source, a repository's setup package such as amdgpu-install or cuda-keyring)
                             continue
-                        left.append([path, f"download of {name}", cmd.line, bool(_INSTALLER.search(name)), False])
-    for _path, what, line, big, used in left:
-        if not used:
+                        left.append(_Left(path, f"download of {name}", cmd.line, bool(_INSTALLER.search(name))))
+    for a in left:
+        if not a.used:
             continue
-        if what.startswith("COPY"):
-            message = (f"the {what} on line {line} is installed and never removed: the wheels stay in this "
+        if a.copied:
+            message = (f"the {a.what} on line {a.line} is installed and never removed: the wheels stay in this "
                        "layer beside the installed package")
         else:
-            message = (f"the {what} on line {line} is installed or unpacked and never removed: it stays in "
+            message = (f"the {a.what} on line {a.line} is installed or unpacked and never removed: it stays in "
                        "the image beside what it installed")
-        yield Hit(line, message + ("" if big else " (as big as the package, which the Dockerfile does not show)"),
-                  severity=None if big else "info")
+        yield Hit(a.line, message + ("" if a.big else " (as big as the package, which the Dockerfile does not show)"),
+                  severity=None if a.big else "info")
 
 
-def _builds_big_wheels(ctx: Context, ref: str) -> bool:
-    """The stage a COPY --from names builds wheels that are big: it compiles a CUDA extension, or runs
-    `pip wheel` / `uv pip wheel` (dependencies, compiled packages). A stage that only builds its own
-    project (`poetry build`, `python -m build`) makes a small wheel; an image (not a stage) is unknown."""
+@dataclass
+class _Left:
+    """A wheel, installer or folder of wheels an instruction put in the image, until an rm deletes it."""
+
+    path: str
+    what: str  # for the message: "COPY --from of the folder /app/build", "download of x.whl"
+    line: int
+    big: bool  # its size is known to matter (a builder's wheels, a known installer)
+    copied: bool = False  # a COPY brought it: only an install or an unpacking uses it
+    folder_of_files: bool = False  # a builder's folder not named for wheels: used when read as DEST/*
+    used: bool = False
+
+
+def _builds_big_wheels(ctx: Context, ref: str, before: int) -> bool:
+    """The stage a COPY --from (in stage ``before``) names builds wheels that are big: it compiles a
+    CUDA extension, or runs `pip wheel` / `uv pip wheel` (dependencies, compiled packages). A stage that
+    only builds its own project (`poetry build`, `python -m build`) makes a small wheel; an image (not a
+    stage) is unknown."""
     if ctx.df is None:
         return False
-    stage = next((st for st in ctx.df.stages if st.name == ref.lower() or str(st.index) == ref), None)
+    stage = ctx.df.stage_ref(ref, before=before)
     if stage is None:
         return False
     chain = {id(st) for st in ctx.df.chain(stage)}
@@ -2098,20 +2125,15 @@ def _builds_big_wheels(ctx: Context, ref: str) -> bool:
     return False
 
 
-def _unnamed_folder(what: str) -> bool:
-    """A COPY of a folder whose name does not say it holds wheels (`COPY --from=build /app/build ...`)."""
-    name = what.rsplit(" ", 1)[-1].rstrip("/").rsplit("/", 1)[-1]
-    return "the folder" in what and not _WHEEL_FOLDER.match(name)
-
-
-def _wheels_copied(ins: Instruction, workdir: str | None) -> list[tuple[str, str, bool]]:
-    """(path in the image, what, size known to matter) of the wheels a COPY brings: wheels or a wheel
-    folder from another stage (built there: compiled packages) count as big, from the context not."""
+def _wheels_copied(ins: Instruction, workdir: str | None) -> list[_Left]:
+    """The wheels a COPY brings: wheels or a wheel folder from another stage (built there: compiled
+    packages) count as big, from the context not."""
     target = _join(workdir or "/", ins.args[-1])
     if target is None or "$" in ins.args[-1]:
         return []
     staged = bool(ins.flag_values("from"))
     many = len(ins.args) > 2 or ins.args[-1].endswith("/")
+    how = f"COPY {'--from ' if staged else ''}of"
     out = []
     for src in ins.args[:-1]:
         name = posixpath.basename(src.rstrip("/"))
@@ -2119,23 +2141,27 @@ def _wheels_copied(ins: Instruction, workdir: str | None) -> list[tuple[str, str
             continue
         if _WHEEL.search(name):
             path = f"{target.rstrip('/')}/{name}" if many else target
-            out.append((path, f"COPY {'--from ' if staged else ''}of {src}", staged))
+            out.append(_Left(path, f"{how} {src}", ins.line, staged, copied=True))
         elif _WHEEL_FOLDER.match(name) or (staged and "." not in name):
             # a folder of wheels; any folder of a builder stage that a pip install reads as files (DEST/*)
-            out.append((target, f"COPY {'--from ' if staged else ''}of the folder {src}", staged))
+            out.append(_Left(target, f"{how} the folder {src}", ins.line, staged, copied=True,
+                             folder_of_files=not _WHEEL_FOLDER.match(name)))
     return out
 
 
-def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool, folder_of_files: bool = False) -> bool:
-    """The command reads ``path`` (a file, a glob, or a folder of wheels): one of its words is that
-    path, a glob matching it, or a file inside it. With ``installs_only``, only a pip/uv/conda
-    install or an unpacking of the wheel (unzip, `wheel unpack`) counts (a COPY's wheels are there to be
-    installed; a script that reads them might keep them)."""
+def _installs_or_unpacks(cmd: Command) -> bool:
+    """A pip/uv/conda install, or an unpacking of a wheel (unzip, `wheel unpack`; a wheel is a zip):
+    what uses a COPY's wheels (a script that reads them might keep them)."""
     argv = module_argv(cmd.argv)
     prog = posixpath.basename(argv[0]) if argv else ""
     installs = prog.startswith(("pip", "uv", "conda", "mamba", "micromamba")) and "install" in argv
-    if installs_only and not (installs or prog in ("unzip", "wheel", "bsdtar")):  # a wheel is a zip: unpacked
-        return False
+    return installs or prog in ("unzip", "wheel", "bsdtar")
+
+
+def _names(cmd: Command, cwd: str | None, left: _Left) -> bool:
+    """The command reads ``left``'s path (a file, a glob, or a folder of wheels): one of its words is
+    that path, a glob matching it, or a file inside it."""
+    path = left.path
     for w in cmd.words[1:]:
         word = _join(cwd, w.text.split("=", 1)[-1] if w.text.startswith("-") else w.text)
         if word is None or "$" in word:
@@ -2143,7 +2169,8 @@ def _names(cmd: Command, cwd: str | None, path: str, installs_only: bool, folder
         if word == path or word.startswith(path.rstrip("/") + "/") or fnmatch.fnmatchcase(word, path) \
                 or fnmatch.fnmatchcase(path, word):
             # a builder's folder not named for wheels holds wheels when the install reads files in it
-            return not folder_of_files or (word.startswith(path.rstrip("/") + "/") and word.endswith(("*", ".whl")))
+            return not left.folder_of_files or (word.startswith(path.rstrip("/") + "/")
+                                                and word.endswith(("*", ".whl")))
     return False
 
 
@@ -2213,14 +2240,9 @@ def _dash_shell(df: Dockerfile, step: Step) -> bool:
     chain, no RUN before it that points /bin/sh elsewhere (`ln -sf /bin/bash /bin/sh`), and the
     chain's root image is a Debian/Ubuntu one."""
     chain = df.chain(step.stage)
-    root = chain[0].resolved_image or ""
-    if not _DASH_BASE.match(root):
+    if not _DASH_BASE.match(chain[0].resolved_image or "") or step_shell(df, step) is not None:
         return False
-    for st in chain:
-        for ins in st.instructions:
-            if st is step.stage and ins.line >= step.ins.line:
-                return True
-            if ins.keyword == "SHELL" or (ins.keyword == "RUN" and re.search(r"\bln\s+-\w*\s+\S*bash\S*\s+/bin/sh\b",
-                                                                           ins.original)):
-                return False
-    return True
+    relink = re.compile(r"\bln\s+-\w*\s+\S*bash\S*\s+/bin/sh\b")
+    return not any(ins.keyword == "RUN" and relink.search(ins.original)
+                   for st in chain for ins in st.instructions
+                   if not (st is step.stage and ins.line >= step.ins.line))
