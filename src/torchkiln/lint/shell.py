@@ -251,7 +251,7 @@ class Command:
     snippet: Snippet | None = None
     #: the conditions it runs under, outermost first
     guards: tuple[Guard, ...] = ()
-    #: the operator after it in its snippet (`&&`, `||`, `;`, `|`, `&`, a newline as `;`), "" at the end
+    #: the operator after it in its snippet (`&&`, `||`, `;`, `|`, `&`, or "\n" for a newline), "" at the end
     op_after: str = ""
 
     @property
